@@ -1,0 +1,78 @@
+# pepsi-dispatch developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
+
+.PHONY: help system-deps install db demo test test-sql test-python lint bench stop-db clean
+
+help:
+	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
+	@echo "make db        a database: \$$PEPSI_DSN, or an embedded cluster under .pepsi/, migrated"
+	@echo "make demo      run the sample pipeline end to end and print a summary"
+	@echo "make test      pg_prove tests/sql + pytest tests/python"
+	@echo "make bench     throughput/latency benchmark"
+	@echo "make lint      ruff"
+
+# System packages: PostgreSQL server, pgTAP and pg_prove. Installed when missing and
+# running as root on Debian; otherwise named in one clear error.
+system-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v pg_prove >/dev/null 2>&1 || missing="$$missing libtap-parser-sourcehandler-pgtap-perl"; \
+	ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1 || missing="$$missing postgresql-$${PG_MAJOR:-15}-pgtap"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "error: missing system packages:$$missing (install them with: sudo apt-get install$$missing)" >&2; exit 2; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	@touch $@
+
+install: $(STAMP)
+
+# Prints the DSN it used as its last line.
+db: install system-deps
+	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi)}"; \
+	PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head >/dev/null; \
+	echo "$$dsn"
+
+stop-db:
+	@$(PY) -m pepsi_dispatch.embedded stop .pepsi
+
+demo: install system-deps
+	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_demo)}"; \
+	PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head >/dev/null; \
+	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.demo
+
+test: test-sql test-python
+
+# pgTAP: a fresh database migrated to head, pgtap installed, every file under tests/sql.
+test-sql: install system-deps
+	@$(PY) scripts/run_pgtap.py
+
+test-python: install system-deps
+	$(VENV)/bin/pytest tests/python
+
+lint: install
+	$(VENV)/bin/ruff check pepsi_dispatch tests migrations scripts examples
+	$(VENV)/bin/ruff format --check pepsi_dispatch tests migrations scripts examples
+
+bench: install system-deps
+	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_bench)}"; \
+	PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head >/dev/null; \
+	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.bench $(BENCH_ARGS)
+
+clean: stop-db
+	rm -rf .pepsi $(VENV) *.egg-info

@@ -1,0 +1,48 @@
+"""Run the pgTAP suite (tests/sql) with pg_prove against a fresh, migrated database.
+
+The cluster is $PEPSI_TEST_DSN when set, else the project's embedded cluster under
+.pepsi/. A database named pepsi_pgtap_<pid> is created, migrated with
+`alembic upgrade head`, given the pgtap extension, tested, and dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from pepsi_dispatch import embedded
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    admin = os.environ.get("PEPSI_TEST_DSN") or embedded.start(ROOT / ".pepsi", "postgres")
+    name = f"pepsi_pgtap_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(admin, dbname=name)
+    try:
+        env = {**os.environ, "PEPSI_DSN": dsn}
+        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+        files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "sql").rglob("*.sql"))
+        if not files:
+            print("error: no pgTAP files under tests/sql", file=sys.stderr)
+            return 1
+        result = subprocess.run(["pg_prove", "--dbname", dsn, "--failures", *files], cwd=ROOT)
+        return result.returncode
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    sys.exit(main())
