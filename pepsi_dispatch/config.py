@@ -1,0 +1,731 @@
+"""pepsi.conf: GNUnet-style INI parser, time values, search order, stage graph, overlay.
+
+The file format (see docs/CONFIG.md for the operator's reference)::
+
+    [PATHS]
+    PEPSI_HOME = /var/lib/pepsi
+
+    [database]
+    DSN = postgresql:///pepsi        # PEPSI_DSN in the environment overrides it
+
+    [pepsi-dispatch]
+    MAX_RUNTIME = 5 min
+
+    [stage-resize]
+    PROGRAM = ${PEPSI_HOME}/bin/resize
+    NEXT = upload
+
+Section names and option names are case-insensitive (sections are stored
+lower-case, options upper-case); stage names keep the spelling of their first
+``[stage-NAME]`` header because the database compares them exactly.
+
+Every error is a :class:`ConfigError` whose ``str()`` is one line::
+
+    FILE:LINE: [section] OPTION = 'value': what is wrong; how to fix
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pepsi_dispatch.errors import UsageError
+
+__all__ = [
+    "DEFAULT_DSN",
+    "OVERLAY_ORIGIN",
+    "SYSTEM_CONFIG",
+    "Config",
+    "ConfigError",
+    "DispatchConfig",
+    "StageConfig",
+    "apply_overlay",
+    "find_config",
+    "load_config",
+    "parse_bool",
+    "parse_time",
+]
+
+DEFAULT_DSN = "postgresql:///pepsi"
+#: The last file of the search order (a module attribute so tests can point it elsewhere).
+SYSTEM_CONFIG = Path("/etc/pepsi.conf")
+#: How errors name the database overlay instead of FILE:LINE.
+OVERLAY_ORIGIN = "database overlay (pepsi.config)"
+
+STAGE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_EXPANSION_DEPTH = 32
+_MAX_INLINE_DEPTH = 10
+
+
+class ConfigError(UsageError, ValueError):
+    """A configuration problem; ``str()`` is one line: where, what is wrong, how to fix.
+
+    Subclass of :class:`pepsi_dispatch.errors.UsageError` (exit 2) and of
+    :class:`ValueError` (so value parsers can be used where a ValueError is expected).
+    """
+
+
+class _Bad(ValueError):
+    """Internal: a value-level problem, turned into a located ConfigError by the caller."""
+
+
+# --------------------------------------------------------------------------- values
+
+
+_TIME_UNITS: dict[str, float] = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "week": 604800.0,
+    "weeks": 604800.0,
+}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_BARE_NUMBER_RE = re.compile(_NUMBER)
+_TIME_PART_RE = re.compile(rf"\s*({_NUMBER})\s*([A-Za-z]+)\s*")
+_TIME_HINT = "use a number with ms, s, min, h or d, e.g. '500 ms', '30 s', '5 min', '2 d'"
+
+
+def _time_value(text: str) -> float:
+    s = text.strip()
+    if not s:
+        raise _Bad(f"empty time value; {_TIME_HINT}")
+    if _BARE_NUMBER_RE.fullmatch(s):
+        return float(s)
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        m = _TIME_PART_RE.match(s, pos)
+        if m is None:
+            raise _Bad(f"not a time value; {_TIME_HINT}")
+        unit = m.group(2).lower()
+        if unit not in _TIME_UNITS:
+            raise _Bad(f"unknown time unit '{m.group(2)}'; {_TIME_HINT}")
+        total += float(m.group(1)) * _TIME_UNITS[unit]
+        pos = m.end()
+    return total
+
+
+def parse_time(text: str) -> float:
+    """Parse a time value into seconds.
+
+    Accepts ``500 ms``, ``30 s``, ``5 min``, ``24 h``, ``2 d`` (also ``us``, ``sec``,
+    ``week`` and the spelled-out words), sums such as ``1 min 30 s``, and a bare
+    number meaning seconds. Negative values are not times.
+
+    Raises:
+        ConfigError: the text is not a time value (the message says why, no location).
+    """
+    try:
+        return _time_value(text)
+    except _Bad as exc:
+        raise ConfigError(f"'{text}': {exc}") from None
+
+
+_TRUE = frozenset({"yes", "true", "on", "1"})
+_FALSE = frozenset({"no", "false", "off", "0"})
+
+
+def _bool_value(text: str) -> bool:
+    s = text.strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise _Bad("not a boolean; use YES or NO")
+
+
+def parse_bool(text: str) -> bool:
+    """Parse YES/NO, TRUE/FALSE, ON/OFF, 1/0 (case-insensitive).
+
+    Raises:
+        ConfigError: any other text.
+    """
+    try:
+        return _bool_value(text)
+    except _Bad as exc:
+        raise ConfigError(f"'{text}': {exc}") from None
+
+
+def _int_value(text: str, minimum: int) -> int:
+    s = text.strip()
+    if not re.fullmatch(r"[0-9]+", s):
+        raise _Bad(f"not a whole number; use an integer >= {minimum}")
+    n = int(s)
+    if n < minimum:
+        what = "positive" if minimum == 1 else f">= {minimum}"
+        raise _Bad(f"must be {what}; use an integer >= {minimum}")
+    return n
+
+
+def _time_opt(minimum_zero: bool) -> Callable[[str], float]:
+    def conv(text: str) -> float:
+        t = _time_value(text)
+        if not minimum_zero and t <= 0:
+            raise _Bad("must be greater than 0; use e.g. '30 s'")
+        return t
+
+    return conv
+
+
+def _int_opt(minimum: int) -> Callable[[str], int]:
+    return lambda text: _int_value(text, minimum)
+
+
+def _str_opt(text: str) -> str:
+    if not text.strip():
+        raise _Bad("must not be empty; set a value or remove the line")
+    return text.strip()
+
+
+def _optional_str_opt(text: str) -> str | None:
+    return text.strip() or None
+
+
+def _next_opt(text: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for name in text.split():
+        if not STAGE_NAME_RE.fullmatch(name):
+            raise _Bad(
+                f"bad stage name '{name}'; NEXT lists stage names separated by spaces "
+                "(letters, digits, '_', '.', '-')"
+            )
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One ``[stage-NAME]`` section."""
+
+    name: str
+    program: str
+    next: tuple[str, ...]
+    parallelism: int = 4
+    queue_limit: int = 4
+    max_messages: int = 1000
+    max_retries: int = 10
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """The ``[pepsi-dispatch]`` section; times in seconds."""
+
+    max_runtime: float = 300.0
+    worker_idle_timeout: float = 5.0
+    poll_interval: float = 30.0
+    stats_interval: float = 60.0
+    db_pool_size: int = 8
+    config_file: str | None = None
+    service_user: str = "pepsi"
+    shutdown_timeout: float = 10.0
+    expiry: float = 86400.0
+    competing: bool = False
+    orphan_timeout: float = 300.0
+    retention: float = 7 * 86400.0  # 0 = keep done rows
+
+
+@dataclass(frozen=True)
+class Config:
+    """A loaded, validated configuration."""
+
+    path: Path | None  # file loaded (None = built-in defaults)
+    dsn: str  # PEPSI_DSN env > [database] DSN > postgresql:///pepsi
+    dispatch: DispatchConfig
+    stages: dict[str, StageConfig]  # validated graph, in file order
+    sections: dict[str, dict[str, str]]  # expanded values; lower-case sections, upper-case keys
+    #: Extension: where each value came from, (section, OPTION) -> "FILE:LINE" or
+    #: OVERLAY_ORIGIN; (section, "") is the section header.
+    origins: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
+
+
+# option name -> (attribute, converter)
+_DISPATCH_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "MAX_RUNTIME": ("max_runtime", _time_opt(False)),
+    "WORKER_IDLE_TIMEOUT": ("worker_idle_timeout", _time_opt(True)),
+    "POLL_INTERVAL": ("poll_interval", _time_opt(False)),
+    "STATS_INTERVAL": ("stats_interval", _time_opt(False)),
+    "DB_POOL_SIZE": ("db_pool_size", _int_opt(1)),
+    "CONFIG_FILE": ("config_file", _optional_str_opt),
+    "SERVICE_USER": ("service_user", _str_opt),
+    "SHUTDOWN_TIMEOUT": ("shutdown_timeout", _time_opt(True)),
+    "EXPIRY": ("expiry", _time_opt(False)),
+    "COMPETING": ("competing", _bool_value),
+    "ORPHAN_TIMEOUT": ("orphan_timeout", _time_opt(False)),
+    "RETENTION": ("retention", _time_opt(True)),
+}
+_STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "PROGRAM": ("program", _str_opt),
+    "NEXT": ("next", _next_opt),
+    "PARALLELISM": ("parallelism", _int_opt(1)),
+    "QUEUE_LIMIT": ("queue_limit", _int_opt(1)),
+    "MAX_MESSAGES": ("max_messages", _int_opt(1)),
+    "MAX_RETRIES": ("max_retries", _int_opt(0)),
+}
+_DATABASE_OPTIONS = ("DSN",)
+_KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _where(origin: str | None, section: str | None, option: str | None, value: str | None) -> str:
+    parts = []
+    if origin:
+        parts.append(f"{origin}:")
+    if section is not None:
+        sec = f"[{section}]"
+        if option is not None:
+            sec += f" {option}"
+            if value is not None:
+                sec += f" = '{value}'"
+        parts.append(sec + ":")
+    return " ".join(parts)
+
+
+def _error(
+    what: str,
+    origin: str | None = None,
+    section: str | None = None,
+    option: str | None = None,
+    value: str | None = None,
+) -> ConfigError:
+    where = _where(origin, section, option, value)
+    msg = f"{where} {what}" if where else what
+    return ConfigError(" ".join(msg.split("\n")))
+
+
+def _suggest(word: str, choices: Iterable[str], cutoff: float = 0.6, quote: str = "") -> str:
+    """Return ``did you mean X?`` for the closest choice (case-insensitive first), or ''."""
+    options = list(choices)
+    same = [c for c in options if c.lower() == word.lower()]
+    match = same or difflib.get_close_matches(word, options, n=1, cutoff=cutoff)
+    return f"did you mean {quote}{match[0]}{quote}?" if match else ""
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass
+class _Raw:
+    sections: dict[str, dict[str, str]] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # lower -> first spelling
+    origins: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+def _strip_value(value: str) -> str:
+    """Strip blanks, a trailing `` # comment`` and one pair of surrounding double quotes."""
+    v = value.strip()
+    if v.startswith('"'):
+        end = v.find('"', 1)
+        if end > 0:
+            rest = v[end + 1 :].strip()
+            if not rest or rest.startswith("#"):
+                return v[1:end]
+    if v.startswith("#"):
+        return ""
+    v = re.sub(r"\s#.*$", "", v)
+    return v.strip()
+
+
+def _read_file(path: Path, raw: _Raw, depth: int = 0) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _error("configuration file does not exist; check the path", str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _error(
+            f"cannot read configuration file: {reason}; fix it or its permissions", str(path)
+        ) from None
+    section: str | None = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        loc = f"{path}:{lineno}"
+        s = line.strip()
+        if not s or s[0] in "#;":
+            continue
+        if s.upper().startswith("@INLINE@"):
+            target = s[len("@INLINE@") :].strip()
+            if not target:
+                raise _error("@INLINE@ needs a file name", loc)
+            if depth >= _MAX_INLINE_DEPTH:
+                raise _error("@INLINE@ nested too deeply (does a file include itself?)", loc)
+            try:
+                target = _expand(target, raw.sections.get("paths", {}), os.environ)
+            except _Bad as exc:
+                raise _error(f"@INLINE@ {target}: {exc}", loc) from None
+            inc = Path(target).expanduser()
+            if not inc.is_absolute():
+                inc = path.parent / inc
+            if not inc.is_file():
+                raise _error(f"@INLINE@ file '{inc}' does not exist; fix the path", loc)
+            _read_file(inc, raw, depth + 1)
+            section = None
+            continue
+        if s.startswith("["):
+            if not s.endswith("]"):
+                raise _error(f"bad section header '{s}'; write it as [name]", loc)
+            name = s[1:-1].strip()
+            if not name:
+                raise _error("empty section name '[]'; write it as [name]", loc)
+            section = name.lower()
+            raw.names.setdefault(section, name)
+            raw.sections.setdefault(section, {})
+            raw.origins.setdefault((section, ""), loc)
+            continue
+        if "=" not in s:
+            raise _error(
+                f"cannot parse line '{s}'; expected KEY = value, [section] or # comment", loc
+            )
+        key, value = s.split("=", 1)
+        key = key.strip().upper()
+        if not key:
+            raise _error(f"missing option name in '{s}'; expected KEY = value", loc)
+        if section is None:
+            raise _error(f"option {key} outside any section; put it under a [section] header", loc)
+        raw.sections[section][key] = _strip_value(value)
+        raw.origins[(section, key)] = loc
+
+
+def _lookup(name: str, paths: Mapping[str, str], env: Mapping[str, str], depth: int) -> str | None:
+    key = name.upper()
+    if key in paths:
+        return _expand(paths[key], paths, env, depth + 1)
+    return env.get(name)
+
+
+def _expand(value: str, paths: Mapping[str, str], env: Mapping[str, str], depth: int = 0) -> str:
+    """Expand ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``$$`` (a literal ``$``).
+
+    Names are looked up in [PATHS] (case-insensitively) first, then in the environment.
+    The default applies when the variable is unset or empty.
+    """
+    if depth > _MAX_EXPANSION_DEPTH:
+        raise _Bad("variable expansion nested too deeply; does a [PATHS] entry refer to itself?")
+    if "$" not in value:
+        return value
+    out: list[str] = []
+    i = 0
+    n = len(value)
+    while i < n:
+        c = value[i]
+        if c != "$" or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        nxt = value[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+            continue
+        if nxt == "{":
+            level = 1
+            j = i + 2
+            while j < n and level:
+                if value[j] == "{":
+                    level += 1
+                elif value[j] == "}":
+                    level -= 1
+                j += 1
+            if level:
+                raise _Bad("unclosed '${'; write ${NAME} or ${NAME:-default}")
+            inner = value[i + 2 : j - 1]
+            name, sep, default = inner.partition(":-")
+            if not _VAR_NAME_RE.fullmatch(name):
+                raise _Bad(
+                    f"bad variable reference '${{{inner}}}'; write ${{NAME}} or ${{NAME:-default}}"
+                )
+            found = _lookup(name, paths, env, depth)
+            if not found and sep:
+                found = _expand(default, paths, env, depth + 1)
+            if found is None:
+                raise _Bad(
+                    f"undefined variable ${name}; define it in [PATHS] or the "
+                    f"environment, or write ${{{name}:-default}}"
+                )
+            out.append(found)
+            i = j
+            continue
+        m = _VAR_NAME_RE.match(value, i + 1)
+        if m is None:
+            out.append("$")
+            i += 1
+            continue
+        name = m.group(0)
+        found = _lookup(name, paths, env, depth)
+        if found is None:
+            raise _Bad(
+                f"undefined variable ${name}; define it in [PATHS] or the environment, "
+                f"or write ${{{name}:-default}}"
+            )
+        out.append(found)
+        i = m.end()
+    return "".join(out)
+
+
+def _is_stage_section(section: str) -> bool:
+    return section.startswith("stage-")
+
+
+def _check_section_names(raw: _Raw) -> None:
+    for sec in raw.sections:
+        if sec in _KNOWN_SECTIONS or _is_stage_section(sec):
+            continue
+        origin = raw.origins.get((sec, ""))
+        name = raw.names.get(sec, sec)
+        if re.match(r"stages?[_. ]|stages-", sec):
+            rest = re.sub(r"^stages?[-_. ]", "", name)
+            raise _error(
+                f"not a stage section; stage sections are named [stage-{rest}]", origin, name
+            )
+        hint = _suggest(sec, _KNOWN_SECTIONS, cutoff=0.85)
+        if hint:
+            match = difflib.get_close_matches(sec, _KNOWN_SECTIONS, n=1, cutoff=0.85)[0]
+            raise _error(f"unknown section; did you mean [{match}]?", origin, name)
+
+
+def _expand_sections(raw: _Raw, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    paths = raw.sections.get("paths", {})
+    out: dict[str, dict[str, str]] = {}
+    for sec, opts in raw.sections.items():
+        strict = sec in _KNOWN_SECTIONS or _is_stage_section(sec)
+        expanded: dict[str, str] = {}
+        for key, value in opts.items():
+            try:
+                expanded[key] = _expand(value, paths, env)
+            except _Bad as exc:
+                if strict:
+                    raise _error(
+                        str(exc), raw.origins.get((sec, key)), raw.names.get(sec, sec), key, value
+                    ) from None
+                expanded[key] = value  # another tool's section: leave it to that tool
+        out[sec] = expanded
+    return out
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _convert(
+    spec: Mapping[str, tuple[str, Callable[[str], Any]]],
+    sec: str,
+    display: str,
+    opts: Mapping[str, str],
+    origins: Mapping[tuple[str, str], str],
+) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, value in opts.items():
+        origin = origins.get((sec, key))
+        if key not in spec:
+            hint = _suggest(key, spec)
+            known = ", ".join(spec)
+            fix = hint or f"known options: {known}"
+            raise _error(f"unknown option; {fix}", origin, display, key, value)
+        attr, conv = spec[key]
+        try:
+            values[attr] = conv(value)
+        except _Bad as exc:
+            raise _error(str(exc), origin, display, key, value) from None
+    return values
+
+
+def _build_dispatch(
+    sections: Mapping[str, Mapping[str, str]], origins: Mapping[tuple[str, str], str]
+) -> DispatchConfig:
+    opts = sections.get("pepsi-dispatch", {})
+    return DispatchConfig(
+        **_convert(_DISPATCH_OPTIONS, "pepsi-dispatch", "pepsi-dispatch", opts, origins)
+    )
+
+
+def _build_dsn(
+    sections: Mapping[str, Mapping[str, str]],
+    origins: Mapping[tuple[str, str], str],
+    env: Mapping[str, str],
+) -> str:
+    opts = sections.get("database", {})
+    for key, value in opts.items():
+        if key not in _DATABASE_OPTIONS:
+            hint = _suggest(key, _DATABASE_OPTIONS) or "the only option is DSN"
+            raise _error(
+                f"unknown option; {hint}", origins.get(("database", key)), "database", key, value
+            )
+    if env.get("PEPSI_DSN"):
+        return env["PEPSI_DSN"]
+    if "DSN" in opts:
+        if not opts["DSN"].strip():
+            raise _error(
+                "empty DSN; set a libpq connection string such as postgresql:///pepsi",
+                origins.get(("database", "DSN")),
+                "database",
+                "DSN",
+                opts["DSN"],
+            )
+        return opts["DSN"].strip()
+    return DEFAULT_DSN
+
+
+def _build_stages(
+    sections: Mapping[str, Mapping[str, str]],
+    names: Mapping[str, str],
+    origins: Mapping[tuple[str, str], str],
+) -> dict[str, StageConfig]:
+    stages: dict[str, StageConfig] = {}
+    for sec, opts in sections.items():
+        if not _is_stage_section(sec):
+            continue
+        display = names.get(sec, sec)
+        header = origins.get((sec, ""))
+        name = display[len("stage-") :]
+        if not STAGE_NAME_RE.fullmatch(name):
+            raise _error(
+                f"bad stage name '{name}'; stage names may contain only letters, digits, "
+                "'_', '.' and '-'",
+                header,
+                display,
+            )
+        values = _convert(_STAGE_OPTIONS, sec, display, opts, origins)
+        if "program" not in values:
+            raise _error(
+                "PROGRAM is missing; add PROGRAM = /path/to/stage-program", header, display
+            )
+        values.setdefault("next", ())
+        stages[name] = StageConfig(name=name, **values)
+    for name, stage in stages.items():
+        for succ in stage.next:
+            if succ in stages:
+                continue
+            sec = "stage-" + name.lower()
+            hint = _suggest(succ, stages, quote="'")
+            fix = f"{hint} " if hint else ""
+            raise _error(
+                f"NEXT names undefined stage '{succ}'; {fix}fix the name (stage names are "
+                f"case-sensitive) or define [stage-{succ}]",
+                origins.get((sec, "NEXT")),
+                names.get(sec, sec),
+                "NEXT",
+                sections[sec].get("NEXT"),
+            )
+    return stages
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def find_config(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Return the configuration file to load, or None for built-in defaults.
+
+    Order: ``path`` (``-c``), ``$PEPSI_CONFIG``, ``~/.config/pepsi.conf``,
+    ``/etc/pepsi.conf`` (:data:`SYSTEM_CONFIG`). An explicit path or ``$PEPSI_CONFIG``
+    that names no regular file is an error; the last two are simply skipped.
+
+    Raises:
+        ConfigError: an explicit file does not exist or is not a regular file.
+    """
+    explicit: list[tuple[str, str]] = []
+    if path is not None:
+        explicit.append((os.fspath(path), "-c"))
+    elif os.environ.get("PEPSI_CONFIG"):
+        explicit.append((os.environ["PEPSI_CONFIG"], "$PEPSI_CONFIG"))
+    for given, how in explicit:
+        p = Path(given).expanduser()
+        if not p.exists():
+            raise _error(
+                f"configuration file does not exist (given by {how}); check the path", given
+            )
+        if not p.is_file():
+            raise _error(f"not a regular file (given by {how}); name a pepsi.conf file", given)
+        return p
+    candidates: list[Path] = []
+    try:
+        candidates.append(Path.home() / ".config" / "pepsi.conf")
+    except (RuntimeError, KeyError):
+        pass  # no home directory: skip it
+    candidates.append(SYSTEM_CONFIG)
+    for cand in candidates:
+        if cand.is_file():
+            return cand
+    return None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Find, parse, expand and validate pepsi.conf (see :func:`find_config` for the order).
+
+    Raises:
+        ConfigError: anything wrong, as one line naming file, line, section, option, value.
+    """
+    file = find_config(path)
+    raw = _Raw()
+    if file is not None:
+        _read_file(file, raw)
+    _check_section_names(raw)
+    env = os.environ
+    sections = _expand_sections(raw, env)
+    return Config(
+        path=file,
+        dsn=_build_dsn(sections, raw.origins, env),
+        dispatch=_build_dispatch(sections, raw.origins),
+        stages=_build_stages(sections, raw.names, raw.origins),
+        sections=sections,
+        origins=dict(raw.origins),
+    )
+
+
+def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -> Config:
+    """Merge ``pepsi.config`` rows (section, option, value) into ``config``.
+
+    Only ``[stage-*]`` rows are applied (they override file values and may add whole
+    stages); rows for other sections are ignored. Values are expanded like file values.
+    The stage graph is validated again. ``config`` itself is not changed.
+
+    Raises:
+        ConfigError: a bad row or a graph that does not parse, naming the database overlay.
+    """
+    sections = {sec: dict(opts) for sec, opts in config.sections.items()}
+    origins = dict(config.origins)
+    names = {"stage-" + name.lower(): "stage-" + name for name in config.stages}
+    paths = sections.get("paths", {})
+    for section, option, value in rows:
+        sec_name = (section or "").strip()
+        sec = sec_name.lower()
+        if not _is_stage_section(sec):
+            continue
+        key = (option or "").strip().upper()
+        if not key:
+            raise _error("empty option name; delete the row", OVERLAY_ORIGIN, sec_name)
+        if value is None:
+            raise _error(
+                "value is NULL; set a value or delete the row", OVERLAY_ORIGIN, sec_name, key
+            )
+        try:
+            expanded = _expand(value.strip(), paths, os.environ)
+        except _Bad as exc:
+            raise _error(str(exc), OVERLAY_ORIGIN, sec_name, key, value) from None
+        sections.setdefault(sec, {})[key] = expanded
+        names.setdefault(sec, sec_name)
+        origins[(sec, key)] = OVERLAY_ORIGIN
+        origins.setdefault((sec, ""), OVERLAY_ORIGIN)
+    stages = _build_stages(sections, names, origins)
+    return dataclasses.replace(config, stages=stages, sections=sections, origins=origins)
