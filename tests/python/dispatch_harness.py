@@ -1,6 +1,6 @@
 """Helpers for tests that run the real `pepsi-dispatch serve` process.
 
-A `Harness` (pytest fixture `harness`, built on conftest's `dsn`) writes pepsi.conf
+A `Harness` (pytest fixture `h`, built on conftest's `dsn`) writes pepsi.conf
 files into the test's tmp_path, starts dispatcher processes with their output captured
 to a log file, enqueues rows, polls the database, reads the test workers' log and
 inspects the dispatcher's worker processes through /proc. Everything it started is
@@ -458,8 +458,9 @@ class Harness:
         self.conn.close()
 
 
-@pytest.fixture
-def harness(tmp_path: Path, dsn: str) -> Iterator[Harness]:
+@pytest.fixture(name="h")
+def harness_fixture(tmp_path: Path, dsn: str) -> Iterator[Harness]:
+    """The test's Harness, as fixture `h` (import harness_fixture into the test module)."""
     h = Harness(tmp_path, dsn)
     try:
         yield h
