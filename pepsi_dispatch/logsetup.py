@@ -62,7 +62,7 @@ def setup_logging(
 ) -> logging.Handler:
     """Configure the root logger: ``level`` and above to stderr, or to ``logfile``.
 
-    Replaces handlers installed by an earlier call. Returns the handler in use.
+    Replaces the handler installed by an earlier call. Returns the handler in use.
 
     Raises:
         UsageError: unknown level, or the log file cannot be opened.
@@ -82,8 +82,8 @@ def setup_logging(
     handler.setFormatter(_Formatter(program))
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
-        if getattr(old, "_pepsi", False):
+        if getattr(old, "_pepsi", False):  # only ours: leave e.g. pytest's handlers alone
+            root.removeHandler(old)
             old.close()
     handler._pepsi = True  # type: ignore[attr-defined]
     root.addHandler(handler)
