@@ -19,7 +19,7 @@ import click
 
 from pepsi_dispatch import __version__
 from pepsi_dispatch.errors import PepsiError, UsageError
-from pepsi_dispatch.logsetup import parse_level, setup_logging
+from pepsi_dispatch.logsetup import logs_to_file, parse_level, setup_logging
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -90,7 +90,7 @@ def _report(message: str) -> None:
     """One line on stderr; also into the log file when logging goes to a file."""
     line = " ".join(message.split())
     print(f"{PROG}: error: {line}", file=sys.stderr, flush=True)
-    if any(isinstance(h, logging.FileHandler) for h in logging.getLogger().handlers):
+    if logs_to_file():
         log.error("%s", line)
 
 

@@ -16,7 +16,7 @@ import sys
 
 from pepsi_dispatch.errors import UsageError
 
-__all__ = ["LEVELS", "parse_level", "setup_logging"]
+__all__ = ["LEVELS", "logs_to_file", "parse_level", "setup_logging"]
 
 #: Accepted -L values (case-insensitive); GNUnet's names map onto Python's levels.
 LEVELS: dict[str, int] = {
@@ -90,3 +90,11 @@ def setup_logging(
     root.setLevel(numeric)
     logging.captureWarnings(True)
     return handler
+
+
+def logs_to_file() -> bool:
+    """True when :func:`setup_logging` sent the log to a file (not to stderr)."""
+    return any(
+        getattr(h, "_pepsi", False) and isinstance(h, logging.FileHandler)
+        for h in logging.getLogger().handlers
+    )
