@@ -105,6 +105,31 @@ def answer(inp: Input, line: str, in_hand: int = 1) -> None:
     sys.stdout.flush()
 
 
+class DB:
+    """One autocommit connection, re-established (for up to a minute) when it is lost,
+    so a PostgreSQL restart does not turn into worker crashes. A statement whose
+    connection broke is re-run: transitions are guarded, a repeat returns false."""
+
+    def __init__(self) -> None:
+        self.conn: psycopg.Connection | None = None
+
+    def query(self, sql: str, params: tuple = ()) -> tuple | None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = psycopg.connect(DSN, autocommit=True, connect_timeout=5)
+                return self.conn.execute(sql, params).fetchone()
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                print(f"scripted_worker: database trouble, retrying: {exc}", file=sys.stderr)
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                time.sleep(0.2)
+
+
 def actions_for(payload: dict) -> list[str]:
     spec = payload.get(f"do_{STAGE}", payload.get("do", "next"))
     if isinstance(spec, str):
@@ -143,7 +168,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
 
-    conn = psycopg.connect(DSN, autocommit=True)
+    conn = DB()
+    conn.query("SELECT 1")
     inp = Input()
     while not stop:
         line = inp.next_line()
@@ -151,12 +177,12 @@ def main() -> int:
             break
         busy = True
         wq_id = int(line.strip())
-        row = conn.execute(
-            "SELECT stage, payload, retries FROM pepsi.workqueue WHERE workqueue_id = %s",
-            (wq_id,),
-        ).fetchone()
         mono = time.monotonic_ns
         log("START", wq_id, os.getpid(), STAGE, mono())
+        row = conn.query(
+            "SELECT stage, payload, retries FROM pepsi.workqueue WHERE workqueue_id = %s",
+            (wq_id,),
+        )
         if row is None:
             answer(inp, "4 no such row")
             busy = False
@@ -184,29 +210,27 @@ def main() -> int:
                     os.write(2, chunk[: min(remaining, len(chunk))])
                     remaining -= len(chunk)
             elif name == "finish":
-                ok = conn.execute(
-                    "SELECT pepsi.finish(%s, %s, %s)", (wq_id, STAGE, DISPATCHER_ID)
-                ).fetchone()[0]
+                ok = conn.query("SELECT pepsi.finish(%s, %s, %s)", (wq_id, STAGE, DISPATCHER_ID))[0]
                 reply = "0" if ok else "5 finish returned false"
             elif name == "advance":
-                ok = conn.execute(
+                ok = conn.query(
                     "SELECT pepsi.advance(%s, %s, %s, %s)", (wq_id, STAGE, arg, DISPATCHER_ID)
-                ).fetchone()[0]
+                )[0]
                 reply = "0" if ok else "5 advance returned false"
             elif name == "sqlfail":
-                conn.execute(
+                conn.query(
                     "SELECT pepsi.fail(%s, %s, 'scripted', %s)", (wq_id, STAGE, DISPATCHER_ID)
                 )
                 reply = "0"
             elif name == "pause":
-                conn.execute(
+                conn.query(
                     "SELECT pepsi.pause(%s, %s, clock_timestamp() + make_interval(secs => %s),"
                     " 'scripted pause', %s)",
                     (wq_id, STAGE, float(arg), DISPATCHER_ID),
                 )
                 reply = "0"
             elif name == "fuse":
-                conn.execute("SELECT pepsi.finish(%s, %s, %s)", (wq_id, STAGE, DISPATCHER_ID))
+                conn.query("SELECT pepsi.finish(%s, %s, %s)", (wq_id, STAGE, DISPATCHER_ID))
                 reply = f"0 fused={arg}"
             elif name == "fail":
                 reply = "3 scripted failure"
@@ -232,7 +256,6 @@ def main() -> int:
         answer(inp, reply)
         busy = False
     log("EXIT", os.getpid(), "eof" if not stop else "sigterm")
-    conn.close()
     return 0
 
 
