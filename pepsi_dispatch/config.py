@@ -389,6 +389,7 @@ def _read_file(path: Path, raw: _Raw, depth: int = 0) -> None:
             section = None
             continue
         if s.startswith("["):
+            s = re.sub(r"\s#.*$", "", s).rstrip()  # [section]   # comment
             if not s.endswith("]"):
                 raise _error(f"bad section header '{s}'; write it as [name]", loc)
             name = s[1:-1].strip()
@@ -514,7 +515,8 @@ def _expand_sections(raw: _Raw, env: Mapping[str, str]) -> dict[str, dict[str, s
     paths = raw.sections.get("paths", {})
     out: dict[str, dict[str, str]] = {}
     for sec, opts in raw.sections.items():
-        strict = sec in _KNOWN_SECTIONS or _is_stage_section(sec)
+        # [PATHS] entries and other tools' sections are only checked where they are used.
+        strict = sec in ("database", "pepsi-dispatch") or _is_stage_section(sec)
         expanded: dict[str, str] = {}
         for key, value in opts.items():
             try:

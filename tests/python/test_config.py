@@ -266,6 +266,16 @@ empty = # nothing
     assert set(c.sections) == {"pepsi-dispatch", "database", "paths"}
 
 
+def test_section_header_with_comment(write: Write) -> None:
+    c = load_config(write("[stage-a]   # the first stage\nPROGRAM = a\n"))
+    assert list(c.stages) == ["a"]
+
+
+def test_unused_paths_entry_may_be_undefined(write: Write) -> None:
+    c = load_config(write("[PATHS]\nOTHER = $PEPSI_X/other\n[stage-a]\nPROGRAM = a\n"))
+    assert c.sections["paths"]["OTHER"] == "$PEPSI_X/other"
+
+
 def test_later_value_wins_and_sections_merge(write: Write) -> None:
     c = load_config(
         write("[pepsi-dispatch]\nDB_POOL_SIZE = 2\n[PEPSI-DISPATCH]\ndb_pool_size = 5\n")
