@@ -662,3 +662,14 @@ def test_bad_overlay(
 def test_overlay_may_close_a_cycle(write: Write) -> None:
     c = load_config(write("[stage-a]\nPROGRAM = a\nNEXT = b\n[stage-b]\nPROGRAM = b\n"))
     assert apply_overlay(c, [("stage-b", "NEXT", "a")]).stages["b"].next == ("a",)
+
+
+def test_documented_example_parses(write: Write) -> None:
+    """The example in docs/CONFIG.md is a valid configuration."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
+    example = doc.split("## Example", 1)[1].split("```ini\n", 1)[1].split("```", 1)[0]
+    c = load_config(write(example))
+    assert list(c.stages) == ["fetch", "resize", "upload"]
+    assert c.stages["fetch"].program == "/srv/pepsi/bin/fetch"
+    assert c.stages["resize"].queue_limit == 1
+    assert c.dispatch.retention == 3 * 86400
