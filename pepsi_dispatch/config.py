@@ -414,18 +414,37 @@ def _read_file(path: Path, raw: _Raw, depth: int = 0) -> None:
         raw.origins[(section, key)] = loc
 
 
-def _lookup(name: str, paths: Mapping[str, str], env: Mapping[str, str], depth: int) -> str | None:
+def _lookup(
+    name: str,
+    paths: Mapping[str, str],
+    env: Mapping[str, str],
+    depth: int,
+    active: frozenset[str],
+    expanded_paths: bool,
+) -> str | None:
     key = name.upper()
-    if key in paths:
-        return _expand(paths[key], paths, env, depth + 1)
+    if key in paths and key not in active:
+        if expanded_paths:
+            return paths[key]
+        # Inside the expansion of [PATHS] NAME, $NAME means the environment's NAME,
+        # so that NAME = ${NAME:-/default} works.
+        return _expand(paths[key], paths, env, depth + 1, active | {key})
     return env.get(name)
 
 
-def _expand(value: str, paths: Mapping[str, str], env: Mapping[str, str], depth: int = 0) -> str:
+def _expand(
+    value: str,
+    paths: Mapping[str, str],
+    env: Mapping[str, str],
+    depth: int = 0,
+    active: frozenset[str] = frozenset(),
+    expanded_paths: bool = False,
+) -> str:
     """Expand ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``$$`` (a literal ``$``).
 
     Names are looked up in [PATHS] (case-insensitively) first, then in the environment.
-    The default applies when the variable is unset or empty.
+    The default applies when the variable is unset or empty. ``expanded_paths``: the
+    [PATHS] values are already expanded (a loaded Config's), use them as they are.
     """
     if depth > _MAX_EXPANSION_DEPTH:
         raise _Bad("variable expansion nested too deeply; does a [PATHS] entry refer to itself?")
@@ -462,9 +481,9 @@ def _expand(value: str, paths: Mapping[str, str], env: Mapping[str, str], depth:
                 raise _Bad(
                     f"bad variable reference '${{{inner}}}'; write ${{NAME}} or ${{NAME:-default}}"
                 )
-            found = _lookup(name, paths, env, depth)
+            found = _lookup(name, paths, env, depth, active, expanded_paths)
             if not found and sep:
-                found = _expand(default, paths, env, depth + 1)
+                found = _expand(default, paths, env, depth + 1, active, expanded_paths)
             if found is None:
                 raise _Bad(
                     f"undefined variable ${name}; define it in [PATHS] or the "
@@ -479,7 +498,7 @@ def _expand(value: str, paths: Mapping[str, str], env: Mapping[str, str], depth:
             i += 1
             continue
         name = m.group(0)
-        found = _lookup(name, paths, env, depth)
+        found = _lookup(name, paths, env, depth, active, expanded_paths)
         if found is None:
             raise _Bad(
                 f"undefined variable ${name}; define it in [PATHS] or the environment, "
@@ -726,7 +745,7 @@ def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -
                 "value is NULL; set a value or delete the row", OVERLAY_ORIGIN, sec_name, key
             )
         try:
-            expanded = _expand(value.strip(), paths, os.environ)
+            expanded = _expand(value.strip(), paths, os.environ, expanded_paths=True)
         except _Bad as exc:
             raise _error(str(exc), OVERLAY_ORIGIN, sec_name, key, value) from None
         sections.setdefault(sec, {})[key] = expanded

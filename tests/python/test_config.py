@@ -371,8 +371,23 @@ def test_undefined_variable(write: Write) -> None:
     assert "${PEPSI_X:-default}" in msg
 
 
-def test_recursive_paths_are_bounded(write: Write) -> None:
+def test_recursive_paths_fall_back_to_the_environment(write: Write) -> None:
     path = write("[PATHS]\nA = $B\nB = ${A}\n[stage-a]\nPROGRAM = $A\n")
+    assert "undefined variable $A" in error_of(lambda: load_config(path))
+
+
+def test_paths_entry_defaulting_to_its_environment_variable(
+    write: Write, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write("[PATHS]\nPEPSI_X = ${PEPSI_X:-/srv}\n[stage-a]\nPROGRAM = $PEPSI_X/a\n")
+    assert load_config(path).stages["a"].program == "/srv/a"
+    monkeypatch.setenv("PEPSI_X", "/opt")
+    assert load_config(path).stages["a"].program == "/opt/a"
+
+
+def test_expansion_depth_is_bounded(write: Write) -> None:
+    chain = "".join(f"V{i} = $V{i + 1}\n" for i in range(40))
+    path = write(f"[PATHS]\n{chain}V40 = end\n[stage-a]\nPROGRAM = $V0\n")
     assert "nested too deeply" in error_of(lambda: load_config(path))
 
 
@@ -597,6 +612,12 @@ def test_overlay_overrides_and_adds(base: cfg.Config) -> None:
     assert base.stages["Fetch"].parallelism == 4
     assert "index" not in base.stages
     assert "stage-index" not in base.sections
+
+
+def test_overlay_uses_expanded_paths_as_they_are(write: Write) -> None:
+    c = load_config(write("[PATHS]\nBIN = /opt/$$x\n[stage-a]\nPROGRAM = $BIN/a\n"))
+    assert c.stages["a"].program == "/opt/$x/a"
+    assert apply_overlay(c, [("stage-b", "PROGRAM", "$BIN/b")]).stages["b"].program == "/opt/$x/b"
 
 
 def test_overlay_ignores_non_stage_sections(base: cfg.Config) -> None:
