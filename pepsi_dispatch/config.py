@@ -50,6 +50,7 @@ __all__ = [
     "load_config",
     "parse_bool",
     "parse_time",
+    "reread_config",
 ]
 
 DEFAULT_DSN = "postgresql:///pepsi"
@@ -701,7 +702,26 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     Raises:
         ConfigError: anything wrong, as one line naming file, line, section, option, value.
     """
-    file = find_config(path)
+    return _load(find_config(path))
+
+
+def reread_config(config: Config) -> Config:
+    """Read ``config.path`` again (for a reload), without searching again.
+
+    A dispatcher that started without a file stays without one even if, after
+    dropping privileges, the service user's ``~/.config/pepsi.conf`` exists. The
+    result keeps ``config.dsn`` and ``config.dispatch``: [database] and
+    [pepsi-dispatch] are read once; only the stage graph (and ``sections``) is new.
+    Apply the overlay to the result with :func:`apply_overlay`.
+
+    Raises:
+        ConfigError: the file no longer parses (or is no longer readable).
+    """
+    fresh = _load(config.path)
+    return dataclasses.replace(fresh, dsn=config.dsn, dispatch=config.dispatch)
+
+
+def _load(file: Path | None) -> Config:
     raw = _Raw()
     if file is not None:
         _read_file(file, raw)

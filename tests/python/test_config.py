@@ -20,6 +20,7 @@ from pepsi_dispatch.config import (
     load_config,
     parse_bool,
     parse_time,
+    reread_config,
 )
 from pepsi_dispatch.errors import UsageError
 
@@ -694,3 +695,34 @@ def test_documented_example_parses(write: Write) -> None:
     assert c.stages["fetch"].program == "/srv/pepsi/bin/fetch"
     assert c.stages["resize"].queue_limit == 1
     assert c.dispatch.retention == 3 * 86400
+
+
+def test_reread_config_keeps_file_dsn_and_dispatch(
+    write: Write, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write("[pepsi-dispatch]\nMAX_RUNTIME = 1 s\n[stage-a]\nPROGRAM = a\n")
+    monkeypatch.setenv("PEPSI_DSN", "postgresql:///first")
+    c = load_config(str(path))
+    path.write_text("[pepsi-dispatch]\nMAX_RUNTIME = 9 s\n[stage-b]\nPROGRAM = b\n")
+    monkeypatch.setenv("PEPSI_DSN", "postgresql:///second")
+    new = reread_config(c)
+    assert list(new.stages) == ["b"]
+    assert new.path == path
+    assert new.dsn == "postgresql:///first"
+    assert new.dispatch.max_runtime == 1
+
+
+def test_reread_config_without_file_does_not_search(write: Write, isolated: Path) -> None:
+    c = load_config()
+    user = isolated / ".config" / "pepsi.conf"
+    user.parent.mkdir()
+    user.write_text("[stage-a]\nPROGRAM = a\n")
+    assert reread_config(c).stages == {}
+    assert reread_config(c).path is None
+
+
+def test_reread_config_reports_a_broken_file(write: Write) -> None:
+    path = write("[stage-a]\nPROGRAM = a\n")
+    c = load_config(str(path))
+    path.write_text("[stage-a]\nPROGRAM = a\nNEXT = zz\n")
+    assert "undefined stage 'zz'" in error_of(lambda: reread_config(c))
