@@ -1,0 +1,60 @@
+"""A stage program for the SDK tests: each message's payload scripts what its handler does.
+
+payload = {"plan": {STAGE: STEP, ...}} with STEP one of
+  {"op": "advance", "to": "b", "fuse": false}   {"op": "finish"}
+  {"op": "pause", "seconds": 30, "reason": "..."}  {"op": "fail", "reason": "..."}
+  {"op": "raise", "message": "..."}  {"op": "none"}  {"op": "bogus"}
+and optional keys: "print": text (written with print()), "sleep": seconds,
+"state": {...} (merged into msg.state), "insert": text (row in public.sdk_log
+through msg.db, in the message's transaction).
+Usage: sdk_scripted_worker.py [--group-commit] [--stages a,b,c] [-c CONFIG] worker
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from pepsi_dispatch.worker import Advance, Fail, Finish, Message, Pause, run
+
+
+def handle(msg: Message):
+    step = msg.payload.get("plan", {}).get(msg.stage, {"op": "finish"})
+    if "print" in step:
+        print(step["print"])
+    if "sleep" in step:
+        time.sleep(step["sleep"])
+    if "state" in step:
+        msg.state.update(step["state"])
+    msg.state.setdefault("seen", [])
+    msg.state["seen"] = [*msg.state["seen"], msg.stage]
+    if "insert" in step:
+        msg.db.execute(
+            "INSERT INTO public.sdk_log (id, note) VALUES (%s, %s)", (msg.id, step["insert"])
+        )
+    op = step["op"]
+    if op == "advance":
+        return Advance(step["to"], fuse=step.get("fuse", False))
+    if op == "finish":
+        return Finish()
+    if op == "pause":
+        return Pause(step["seconds"], step.get("reason"))
+    if op == "fail":
+        return Fail(step["reason"])
+    if op == "raise":
+        raise ValueError(step["message"])
+    if op == "none":
+        return None
+    return "bogus"
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    group = "--group-commit" in args
+    args = [a for a in args if a != "--group-commit"]
+    stages = "a,b,c,d"
+    if "--stages" in args:
+        i = args.index("--stages")
+        stages = args[i + 1]
+        del args[i : i + 2]
+    run({s: handle for s in stages.split(",")}, group_commit=group, argv=args)

@@ -1,0 +1,443 @@
+"""The Python worker SDK (pepsi_dispatch.worker), driven directly over its pipes.
+
+The test plays the dispatcher: it registers a dispatcher id, claims rows with
+pepsi.claim (so they are running and held), starts tests/python/sdk_scripted_worker.py
+with PEPSI_STAGE/PEPSI_DSN/PEPSI_DISPATCHER_ID, writes ids to its stdin and reads
+the answers. Every payload scripts what the handler does (see that file).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE / "sdk_scripted_worker.py"
+
+GRAPH = """
+[stage-a]
+PROGRAM = /bin/true
+NEXT = b c
+[stage-b]
+PROGRAM = /bin/true
+NEXT = c
+[stage-c]
+PROGRAM = /bin/true
+NEXT = d
+[stage-d]
+PROGRAM = /bin/true
+"""
+
+
+class Worker:
+    """One SDK worker process and the dispatcher's view of it."""
+
+    def __init__(
+        self,
+        dsn: str,
+        conf: Path,
+        dispatcher_id: int | None,
+        stage: str = "a",
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        environ = {
+            **os.environ,
+            "PEPSI_STAGE": stage,
+            "PEPSI_DSN": dsn,
+            "PEPSI_DISPATCHER_ID": "" if dispatcher_id is None else str(dispatcher_id),
+            **(env or {}),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PROGRAM), *extra, "-c", str(conf), "worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environ,
+        )
+        self._buf = b""
+
+    def send(self, *ids: int | str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("".join(f"{i}\n" for i in ids).encode())
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 20.0) -> str | None:
+        """Next answer line, or None at EOF."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no answer within {timeout}s; stderr: {self.stderr()}")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return None
+                self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+    def close(self, timeout: float = 20.0) -> int:
+        assert self.proc.stdin is not None
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        return self.proc.wait(timeout)
+
+    def stderr(self) -> str:
+        if self.proc.poll() is None:
+            return "(running)"
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    path = tmp_path / "pepsi.conf"
+    path.write_text(GRAPH)
+    return path
+
+
+@pytest.fixture
+def did(conn: psycopg.Connection) -> int:
+    conn.execute("CREATE TABLE public.sdk_log (id bigint, note text)")
+    return conn.execute("SELECT pepsi.register_dispatcher('test', 1, false)").fetchone()[0]
+
+
+@pytest.fixture
+def workers() -> Any:
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        w.kill()
+
+
+def enqueue_claimed(
+    conn: psycopg.Connection, did: int, *plans: dict, stage: str = "a"
+) -> list[int]:
+    """Enqueue one message per plan at `stage` and claim them all for `did`."""
+    ids = [
+        conn.execute("SELECT pepsi.enqueue(%s, %s)", (stage, Jsonb({"plan": p}))).fetchone()[0]
+        for p in plans
+    ]
+    claimed = conn.execute(
+        "SELECT workqueue_id FROM pepsi.claim(%s, %s, %s)", (did, [stage], [len(ids)])
+    ).fetchall()
+    assert sorted(r[0] for r in claimed) == sorted(ids)
+    return ids
+
+
+def row(conn: psycopg.Connection, mid: int) -> dict[str, Any]:
+    r = conn.execute(
+        "SELECT stage, status, retries, state, timeout - now(), dispatcher_id"
+        " FROM pepsi.workqueue WHERE workqueue_id = %s",
+        (mid,),
+    ).fetchone()
+    assert r is not None
+    keys = ("stage", "status", "retries", "state", "due_in", "dispatcher_id")
+    return dict(zip(keys, r, strict=True))
+
+
+def start(workers: list[Worker], dsn: str, conf: Path, did: int | None, **kw: Any) -> Worker:
+    w = Worker(dsn, conf, did, **kw)
+    workers.append(w)
+    return w
+
+
+def run_one(dsn, conf, did, workers, conn, plan, **kw) -> tuple[str | None, dict[str, Any]]:
+    (mid,) = enqueue_claimed(conn, did, plan)
+    w = start(workers, dsn, conf, did, **kw)
+    w.send(mid)
+    answer = w.answer()
+    assert w.close() == 0
+    return answer, row(conn, mid)
+
+
+# ---------------------------------------------------------------- handler outcomes
+
+
+def test_finish(dsn, conf, did, workers, conn):
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "finish"}})
+    assert answer == "0"
+    assert r["status"] == "done" and r["dispatcher_id"] is None
+    assert r["state"]["seen"] == ["a"]  # msg.state changes are merged into the row
+
+
+def test_advance_to_allowed_successor(dsn, conf, did, workers, conn):
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "advance", "to": "c"}})
+    assert answer == "0"
+    assert (r["stage"], r["status"], r["retries"]) == ("c", "pending", 0)
+
+
+def test_forbidden_advance_refused_with_clear_error(dsn, conf, did, workers, conn):
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "advance", "to": "d"}})
+    assert answer is not None and answer.startswith("1 ")
+    assert "may not advance to d" in answer
+    assert "allowed successors: b, c" in answer
+    assert (r["stage"], r["status"]) == ("a", "failed")
+    assert "allowed successors: b, c" in r["state"]["error"]
+
+
+def test_advance_from_final_stage_refused(dsn, conf, did, workers, conn):
+    (mid,) = enqueue_claimed(conn, did, {"d": {"op": "advance", "to": "a"}}, stage="d")
+    w = start(workers, dsn, conf, did, stage="d")
+    w.send(mid)
+    answer = w.answer()
+    assert answer is not None and "d is a final stage" in answer
+    assert row(conn, mid)["status"] == "failed"
+    assert w.close() == 0
+
+
+def test_pause_seconds_with_reason(dsn, conf, did, workers, conn):
+    plan = {"a": {"op": "pause", "seconds": 30, "reason": "source flaky"}}
+    answer, r = run_one(dsn, conf, did, workers, conn, plan)
+    assert answer == "0"
+    assert (r["stage"], r["status"]) == ("a", "paused")
+    assert 25 < r["due_in"].total_seconds() <= 30
+    assert r["state"]["pause_reason"] == "source flaky"
+
+
+def test_fail_with_reason(dsn, conf, did, workers, conn):
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "fail", "reason": "bad\ndoc"}})
+    assert answer == "1 bad doc"  # newlines never break the protocol
+    assert r["status"] == "failed" and r["state"]["error"] == "bad doc"
+
+
+def test_none_means_only_successor_or_finish(dsn, conf, did, workers, conn):
+    # b has one successor (c): None advances there
+    (mid_b,) = enqueue_claimed(conn, did, {"b": {"op": "none"}}, stage="b")
+    w = start(workers, dsn, conf, did, stage="b")
+    w.send(mid_b)
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert (row(conn, mid_b)["stage"], row(conn, mid_b)["status"]) == ("c", "pending")
+    # d is final: None finishes
+    (mid_d,) = enqueue_claimed(conn, did, {"d": {"op": "none"}}, stage="d")
+    w = start(workers, dsn, conf, did, stage="d")
+    w.send(mid_d)
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert row(conn, mid_d)["status"] == "done"
+    # a has two successors: None is refused
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "none"}})
+    assert answer is not None and answer.startswith("1 ") and "several successors" in answer
+    assert r["status"] == "failed"
+
+
+def test_bad_return_value_fails_message(dsn, conf, did, workers, conn):
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "bogus"}})
+    assert answer is not None and answer.startswith("1 ") and "returned str" in answer
+    assert r["status"] == "failed"
+
+
+def test_exception_fails_message_and_worker_lives_on(dsn, conf, did, workers, conn):
+    ids = enqueue_claimed(
+        conn,
+        did,
+        {"a": {"op": "raise", "message": "boom\nsecond line", "insert": "undone"}},
+        {"a": {"op": "finish", "insert": "kept"}},
+    )
+    w = start(workers, dsn, conf, did)
+    w.send(*ids)
+    assert w.answer() == "1 ValueError: boom second line"
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert row(conn, ids[0])["status"] == "failed"
+    assert row(conn, ids[0])["state"]["error"] == "ValueError: boom second line"
+    assert row(conn, ids[1])["status"] == "done"
+    # what the failing handler wrote through msg.db was rolled back with it
+    notes = conn.execute("SELECT id, note FROM public.sdk_log ORDER BY id").fetchall()
+    assert notes == [(ids[1], "kept")]
+    assert "Traceback" in w.stderr()
+
+
+def test_prints_go_to_stderr_not_the_protocol(dsn, conf, did, workers, conn):
+    ids = enqueue_claimed(
+        conn,
+        did,
+        {"a": {"op": "finish", "print": "hello from the handler"}},
+        {"a": {"op": "finish"}},
+    )
+    w = start(workers, dsn, conf, did)
+    w.send(*ids)
+    assert w.answer() == "0"
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert "hello from the handler" in w.stderr()
+
+
+# ---------------------------------------------------------------- fencing and bad input
+
+
+def test_row_held_by_another_dispatcher_is_not_touched(dsn, conf, did, workers, conn):
+    (mid,) = enqueue_claimed(conn, did, {"a": {"op": "finish"}})
+    w = start(workers, dsn, conf, did + 1000)  # a stale dispatcher id: the fencing token fails
+    w.send(mid)
+    answer = w.answer()
+    assert answer is not None and answer.startswith("1 ")
+    assert "changed nothing" in answer and f"dispatcher {did + 1000}" in answer
+    assert w.close() == 0
+    r = row(conn, mid)
+    assert (r["status"], r["dispatcher_id"]) == ("running", did)
+
+
+def test_row_not_running_and_garbage_lines(dsn, conf, did, workers, conn):
+    pending = conn.execute("SELECT pepsi.enqueue('a', '{}')").fetchone()[0]
+    w = start(workers, dsn, conf, did)
+    w.send(pending, "not-a-number", 987654321)
+    assert w.answer() == f"1 message {pending} is not running at stage a (it is pending at stage a)"
+    assert w.answer() == "1 not a message id: not-a-number"
+    assert w.answer() == "1 message 987654321 does not exist"
+    assert w.close() == 0
+    assert row(conn, pending)["status"] == "pending"
+
+
+def test_eof_exits_zero(dsn, conf, did, workers, conn):
+    w = start(workers, dsn, conf, did)
+    assert w.close() == 0
+    assert w.answer() is None
+
+
+def test_start_errors_exit_2(dsn, conf, did, workers, conn):
+    w = start(workers, dsn, conf, did, stage="zzz")
+    assert w.close() == 2
+    assert "no handler for stage zzz" in w.stderr()
+    w = start(workers, dsn, conf, did, env={"PEPSI_STAGE": ""})
+    assert w.close() == 2
+    assert "PEPSI_STAGE is not set" in w.stderr()
+
+
+# ---------------------------------------------------------------- signals
+
+
+def test_sigterm_mid_message_finishes_it_then_exits(dsn, conf, did, workers, conn):
+    ids = enqueue_claimed(
+        conn,
+        did,
+        {"a": {"op": "finish", "print": "handler started", "sleep": 1.5}},
+        {"a": {"op": "finish"}},
+    )
+    w = start(workers, dsn, conf, did)
+    w.send(*ids)
+    # wait until the first handler runs (its print reaches stderr)
+    assert w.proc.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"handler started" not in seen:
+        assert time.monotonic() < deadline, "handler never started"
+        ready, _, _ = select.select([w.proc.stderr.fileno()], [], [], 1)
+        if ready:
+            seen += os.read(w.proc.stderr.fileno(), 4096)
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.answer() == "0"  # the message in hand is finished and answered
+    assert w.answer() is None  # and the next one is not started
+    assert w.proc.wait(20) == 0
+    assert row(conn, ids[0])["status"] == "done"
+    assert row(conn, ids[1])["status"] == "running"  # the dispatcher requeues it
+
+
+def test_sigterm_while_idle_exits_zero(dsn, conf, did, workers, conn):
+    (mid,) = enqueue_claimed(conn, did, {"a": {"op": "finish"}})
+    w = start(workers, dsn, conf, did)
+    w.send(mid)
+    assert w.answer() == "0"
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.proc.wait(20) == 0
+
+
+# ---------------------------------------------------------------- fusion
+
+
+def test_fusion_runs_successors_in_one_pass(dsn, conf, did, workers, conn):
+    plan = {
+        "a": {"op": "advance", "to": "b", "fuse": True, "insert": "a"},
+        "b": {"op": "advance", "to": "c", "fuse": True, "state": {"from_b": 1}},
+        "c": {"op": "advance", "to": "d"},
+    }
+    answer, r = run_one(dsn, conf, did, workers, conn, plan)
+    assert answer == "0 fused=b,c"
+    assert (r["stage"], r["status"]) == ("d", "pending")
+    assert r["state"]["seen"] == ["a", "b", "c"] and r["state"]["from_b"] == 1
+    assert conn.execute("SELECT note FROM public.sdk_log").fetchall() == [("a",)]
+
+
+def test_pause_after_fused_hop_retries_at_fused_stage(dsn, conf, did, workers, conn):
+    plan = {"a": {"op": "advance", "to": "b", "fuse": True}, "b": {"op": "pause", "seconds": 5}}
+    answer, r = run_one(dsn, conf, did, workers, conn, plan)
+    assert answer == "0 fused=b"
+    assert (r["stage"], r["status"]) == ("b", "paused")
+
+
+def test_failure_in_fused_stage_recorded_there(dsn, conf, did, workers, conn):
+    plan = {
+        "a": {"op": "advance", "to": "b", "fuse": True, "insert": "a"},
+        "b": {"op": "raise", "message": "no", "insert": "b"},
+    }
+    answer, r = run_one(dsn, conf, did, workers, conn, plan)
+    assert answer == "1 [b] ValueError: no"
+    assert (r["stage"], r["status"]) == ("b", "failed")
+    # stage a's work and hop stand, stage b's own writes are undone
+    assert conn.execute("SELECT note FROM public.sdk_log").fetchall() == [("a",)]
+
+
+def test_forbidden_fused_advance_refused(dsn, conf, did, workers, conn):
+    plan = {"a": {"op": "advance", "to": "d", "fuse": True}}
+    answer, r = run_one(dsn, conf, did, workers, conn, plan)
+    assert answer is not None and "allowed successors: b, c" in answer
+    assert (r["stage"], r["status"]) == ("a", "failed")
+
+
+def test_fuse_without_handler_is_a_plain_advance(dsn, conf, did, workers, conn):
+    plan = {"a": {"op": "advance", "to": "b", "fuse": True}}
+    answer, r = run_one(dsn, conf, did, workers, conn, plan, extra=("--stages", "a"))
+    assert answer == "0"
+    assert (r["stage"], r["status"]) == ("b", "pending")
+
+
+def test_overlay_graph_applies(dsn, conf, did, workers, conn):
+    conn.execute("INSERT INTO pepsi.config VALUES ('stage-a', 'NEXT', 'b c d')")
+    answer, r = run_one(dsn, conf, did, workers, conn, {"a": {"op": "advance", "to": "d"}})
+    assert answer == "0"
+    assert (r["stage"], r["status"]) == ("d", "pending")
+
+
+# ---------------------------------------------------------------- group commit
+
+
+def test_group_commit_one_transaction_savepoint_per_message(dsn, conf, did, workers, conn):
+    plans = [{"a": {"op": "finish", "insert": f"m{i}"}} for i in range(6)]
+    plans[2] = {"a": {"op": "raise", "message": "third", "insert": "undone"}}
+    plans[4] = {"a": {"op": "advance", "to": "c"}}
+    ids = enqueue_claimed(conn, did, *plans)
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(*ids)  # one write: all ids are buffered when the worker reads
+    answers = [w.answer() for _ in ids]
+    assert answers == ["0", "0", "1 ValueError: third", "0", "0", "0"]
+    assert w.close() == 0
+    statuses = [row(conn, i)["status"] for i in ids]
+    assert statuses == ["done", "done", "failed", "done", "pending", "done"]
+    notes = [n for (n,) in conn.execute("SELECT note FROM public.sdk_log ORDER BY id")]
+    assert notes == ["m0", "m1", "m3", "m5"]
+    # one transaction: now() (the transaction's start time) stamped every row alike
+    stamps = conn.execute(
+        "SELECT count(DISTINCT updated_at) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        (ids,),
+    ).fetchone()[0]
+    assert stamps == 1
