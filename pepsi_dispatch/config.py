@@ -520,15 +520,14 @@ def _check_section_names(raw: _Raw) -> None:
             continue
         origin = raw.origins.get((sec, ""))
         name = raw.names.get(sec, sec)
-        if re.match(r"stages?[_. ]|stages-", sec):
-            rest = re.sub(r"^stages?[-_. ]", "", name)
+        if re.match(r"stages?([_. ]|$)|stages-", sec):
+            rest = re.sub(r"^stages?[-_. ]?", "", name, flags=re.IGNORECASE) or "NAME"
             raise _error(
                 f"not a stage section; stage sections are named [stage-{rest}]", origin, name
             )
-        hint = _suggest(sec, _KNOWN_SECTIONS, cutoff=0.85)
-        if hint:
-            match = difflib.get_close_matches(sec, _KNOWN_SECTIONS, n=1, cutoff=0.85)[0]
-            raise _error(f"unknown section; did you mean [{match}]?", origin, name)
+        match = difflib.get_close_matches(sec, _KNOWN_SECTIONS, n=1, cutoff=0.85)
+        if match:
+            raise _error(f"unknown section; did you mean [{match[0]}]?", origin, name)
 
 
 def _expand_sections(raw: _Raw, env: Mapping[str, str]) -> dict[str, dict[str, str]]:

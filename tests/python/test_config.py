@@ -233,6 +233,8 @@ def test_other_sections_are_kept_not_validated(write: Write) -> None:
         ("[databse]", "did you mean [database]?"),
         ("[stage_resize]", "stage sections are named [stage-resize]"),
         ("[stages-resize]", "stage sections are named [stage-resize]"),
+        ("[Stage_Resize]", "stage sections are named [stage-Resize]"),
+        ("[stage]", "stage sections are named [stage-NAME]"),
     ],
 )
 def test_misspelt_section(write: Write, header: str, fragment: str) -> None:
