@@ -1,7 +1,7 @@
 -- The dispatcher registry and what happens to rows whose holder is gone:
 -- register_dispatcher, heartbeat, unregister_dispatcher, reset_orphans, release.
 BEGIN;
-SELECT plan(26);
+SELECT plan(29);
 
 CREATE FUNCTION pg_temp.running(s text, d bigint) RETURNS bigint LANGUAGE sql AS $$
     INSERT INTO pepsi.workqueue (stage, status, dispatcher_id, retries)
@@ -16,8 +16,7 @@ SELECT results_eq(format('SELECT hostname, pid, competing FROM pepsi.dispatchers
 
 UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '1 h' WHERE dispatcher_id = :dead;
 SELECT lives_ok(format('SELECT pepsi.heartbeat(%s)', :alive), 'heartbeat of a registered dispatcher');
-SELECT throws_ok('SELECT pepsi.heartbeat(-1)', 'P0002', NULL,
-                 'heartbeat of an unregistered dispatcher raises: it was declared dead');
+SELECT throws_ok('SELECT pepsi.heartbeat(NULL)', '22004', NULL, 'heartbeat of NULL is refused');
 
 SELECT pg_temp.running('s', :me) AS mine, pg_temp.running('s', :alive) AS alives,
        pg_temp.running('s', :dead) AS deads, pg_temp.running('s', 424242) AS ghosts \gset
@@ -36,8 +35,14 @@ SELECT is((SELECT dispatcher_id FROM pepsi.workqueue WHERE workqueue_id = :mine)
           'competing: the caller keeps its rows');
 SELECT is_empty(format('SELECT 1 FROM pepsi.dispatchers WHERE dispatcher_id = %s', :dead),
                 'the stale dispatcher is removed from the registry');
-SELECT throws_ok(format('SELECT pepsi.heartbeat(%s)', :dead), 'P0002', NULL,
-                 'the removed dispatcher learns it on its next heartbeat');
+SELECT lives_ok(format('SELECT pepsi.heartbeat(%s)', :dead),
+                'a removed dispatcher''s next heartbeat does not fail (it would reconnect forever)');
+SELECT is((SELECT count(*)::int FROM pepsi.dispatchers WHERE dispatcher_id = :dead), 1,
+          'it re-registers under the same id');
+SELECT is((SELECT status FROM pepsi.workqueue WHERE workqueue_id = :deads), 'pending',
+          'its reset rows stay reset (its late writes are fenced)');
+SELECT ok(pepsi.register_dispatcher('host-d', 400, true) > :dead,
+          'ids handed out later do not collide with the re-registered one');
 
 -- Non-competing mode: the caller holds the lock, every other holder is gone.
 SELECT is(pepsi.reset_orphans(:me, false, interval '5 min'), 1,
