@@ -682,7 +682,7 @@ def find_config(path: str | os.PathLike[str] | None = None) -> Path | None:
             )
         if not p.is_file():
             raise _error(f"not a regular file (given by {how}); name a pepsi.conf file", given)
-        return p
+        return p.absolute()  # a reload after a chdir must find the same file
     candidates: list[Path] = []
     try:
         candidates.append(Path.home() / ".config" / "pepsi.conf")

@@ -425,6 +425,12 @@ def test_search_order(write: Write, isolated: Path, monkeypatch: pytest.MonkeyPa
     assert find_config(explicit) == explicit
 
 
+def test_relative_path_is_made_absolute(write: Write, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write("[stage-a]\nPROGRAM = a\n")
+    monkeypatch.chdir(path.parent)
+    assert load_config("pepsi.conf").path == path
+
+
 def test_explicit_path_must_exist(tmp_path: Path) -> None:
     missing = tmp_path / "missing.conf"
     msg = error_of(lambda: load_config(str(missing)))
