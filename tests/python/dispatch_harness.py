@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -192,6 +193,53 @@ def read_worker_log(path: Path) -> WorkerLog:
     return WorkerLog(runs, spawns, dict(queue_max), exits)
 
 
+class LifeWatcher(threading.Thread):
+    """Samples, every few ms, whether each test worker (SPAWN lines of the log) is alive.
+
+    last_alive[pid] is the last CLOCK_MONOTONIC ns at which the pid was seen alive: a
+    lower bound of its death. A run that never ended overlaps a later run of the same id
+    for sure when that later run started before last_alive of the first worker.
+    """
+
+    def __init__(self, log_path: Path, period: float = 0.003) -> None:
+        super().__init__(daemon=True)
+        self.log_path, self.period = log_path, period
+        self.last_alive: dict[int, int] = {}
+        self.dead: set[int] = set()
+        self._offset = 0
+        self._halt = threading.Event()
+
+    def _new_pids(self) -> None:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            if line.startswith(b"SPAWN "):
+                self.last_alive.setdefault(int(line.split()[1]), time.monotonic_ns())
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self._new_pids()
+            for pid in list(self.last_alive):
+                if pid in self.dead:
+                    continue
+                now = time.monotonic_ns()
+                if pid_alive(pid):
+                    self.last_alive[pid] = now
+                else:
+                    self.dead.add(pid)
+            time.sleep(self.period)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
@@ -304,6 +352,15 @@ class Harness:
         self.worker_log = tmp_path / "workers.log"
         self.dispatchers: list[Dispatcher] = []
         self.conn = psycopg.connect(dsn, autocommit=True)
+        self.watcher = LifeWatcher(self.worker_log)
+        self.watcher.start()
+
+    def overlaps(self) -> list[tuple[Run, Run]]:
+        """Runs of one id in two workers at once. A run that never ended (its worker was
+        killed) lasts until its worker was last seen alive."""
+        self.watcher._new_pids()
+        alive = self.watcher.last_alive
+        return self.wlog().overlaps(open_until=lambda r: alive.get(r.pid, r.start))
 
     # -- programs and configuration
 
@@ -441,6 +498,7 @@ class Harness:
     # -- teardown
 
     def close(self) -> None:
+        self.watcher.stop()
         for d in self.dispatchers:
             d.cleanup()
         # Test workers that outlived everything (they must not): end them, by pid,

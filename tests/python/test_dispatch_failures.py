@@ -1,0 +1,192 @@
+"""The real dispatcher when stages misbehave: crashes, hangs, garbage, rows left running,
+a PROGRAM that does not exist, and the retry policy (paused rows, retry cap, expiry).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from dispatch_harness import Harness, harness_fixture, pid_alive, wait_until  # noqa: F401
+
+
+def error_of(row: dict) -> str:
+    return str(row["state"].get("dispatch_error", ""))
+
+
+@pytest.mark.parametrize(
+    "action, pattern",
+    [
+        ("exit:3", r"(exit|code|status)\D{0,20}\b3\b"),
+        ("segv", r"SIGSEGV|signal\s*11"),
+    ],
+    ids=["exit-code", "segv"],
+)
+def test_crash_fails_head_and_requeues_the_rest(h: Harness, action: str, pattern: str) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=4)))
+    head, *rest = h.enqueue("a", [{"do": action}, {}, {}, {}])
+    h.wait_all(timeout=30)
+    row = h.row(head)
+    assert row["status"] == "failed", row
+    assert re.search(pattern, error_of(row), re.I), f"dispatch_error {error_of(row)!r}"
+    assert [h.row(i)["status"] for i in rest] == ["done"] * 3
+    log = h.wlog()
+    (crashed_pid,) = {r.pid for r in log.runs_of(head)}
+    assert not pid_alive(crashed_pid)
+    # the rest never ran in the crashed worker: they went back to pending, then ran elsewhere
+    for i in rest:
+        assert [r.pid for r in log.runs_of(i)] != [crashed_pid]
+        assert len(log.runs_of(i)) == 1
+    assert h.overlaps() == []
+    wait_until(
+        lambda: h.stage_stats().get("a", {}).get("crashes") == 1,
+        10,
+        message=lambda: f"crash counted in stage_stats: {h.stage_stats()}",
+    )
+    assert d.running()
+    assert d.terminate() == 0
+
+
+def test_hang_times_out(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=3), MAX_RUNTIME="1 s"))
+    t0 = time.monotonic()
+    head, *rest = h.enqueue("a", [{"do": "hang"}, {}, {}])
+    wait_until(
+        lambda: h.row(head)["status"] != "running" and h.row(head)["status"] != "pending",
+        30,
+        message=lambda: f"hung row leaves running: {h.row(head)}",
+    )
+    took = time.monotonic() - t0
+    row = h.row(head)
+    assert row["status"] == "timeout", row
+    assert took < 10, f"MAX_RUNTIME 1 s but the timeout took {took:.1f} s"
+    h.wait_all(timeout=30)
+    assert [h.row(i)["status"] for i in rest] == ["done"] * 2
+    log = h.wlog()
+    (hung_pid,) = {r.pid for r in log.runs_of(head)}
+    wait_until(lambda: not pid_alive(hung_pid), 10, message="hung worker killed")
+    assert h.overlaps() == []
+    wait_until(
+        lambda: h.stage_stats().get("a", {}).get("timeouts") == 1,
+        10,
+        message=lambda: f"timeout counted: {h.stage_stats()}",
+    )
+    assert d.terminate() == 0
+
+
+def test_garbage_line_fails_message_and_replaces_worker(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=4)))
+    # the second message is slow, so the garbage worker is likely busy with it when stopped
+    head, *rest = h.enqueue("a", [{"do": "garbage"}, {"do": "sleep:0.5;next"}, {}, {}])
+    h.wait_all(timeout=30)
+    row = h.row(head)
+    assert row["status"] == "failed", row
+    assert "this is not an answer" in error_of(row), error_of(row)
+    assert [h.row(i)["status"] for i in rest] == ["done"] * 3
+    log = h.wlog()
+    (bad_pid,) = {r.pid for r in log.runs_of(head)}
+    wait_until(lambda: not pid_alive(bad_pid), 10, message="garbage worker stopped")
+    assert len(log.spawns) >= 2, "the worker was not replaced"
+    assert any(r.pid != bad_pid for i in rest for r in log.runs_of(i))
+    # an id the stopped worker had started must not run again while it was still running
+    assert h.overlaps() == []
+    assert d.running()
+    assert d.terminate() == 0
+
+
+def test_leave_running_is_failed(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=2)))
+    bad, good = h.enqueue("a", [{"do": "leave_running"}, {}])
+    h.wait_all(timeout=30)
+    row = h.row(bad)
+    assert row["status"] == "failed", row
+    assert re.search(r"running", error_of(row)), error_of(row)
+    assert row["dispatcher_id"] is None
+    assert h.row(good)["status"] == "done"
+    assert d.terminate() == 0
+
+
+def test_nonzero_answer_fails_only_that_message(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=3)))
+    bad, *good = h.enqueue("a", [{"do": "fail"}, {}, {}])
+    h.wait_all(timeout=30)
+    row = h.row(bad)
+    assert row["status"] == "failed"
+    assert error_of(row) == "3 scripted failure", row["state"]
+    assert [h.row(i)["status"] for i in good] == ["done", "done"]
+    log = h.wlog()
+    assert len(log.spawns) == 1, "the worker must live on after a non-zero answer"
+    assert d.terminate() == 0
+
+
+def test_missing_program_cools_down_then_recovers(h: Harness) -> None:
+    conf = h.conf({"a": {"PROGRAM": str(h.tmp / "no-such-program")}})
+    d = h.start(conf)
+    ids = h.enqueue("a", 3)
+    wait_until(
+        lambda: re.search(r"cool", d.log(), re.I),
+        20,
+        message=lambda: "a cooldown in the log:\n" + d.tail(),
+    )
+    # rows stay pending (never failed), the dispatcher keeps running
+    t_end = time.monotonic() + 3
+    while time.monotonic() < t_end:
+        statuses = {h.row(i)["status"] for i in ids}
+        assert statuses <= {"pending", "running"}, statuses
+        assert d.running(), d.tail()
+        time.sleep(0.2)
+    wait_until(
+        lambda: {h.row(i)["status"] for i in ids} == {"pending"},
+        10,
+        message="rows back to pending between attempts",
+    )
+    # fix it through the database overlay: the rows get processed
+    h.set_config("stage-a", "PROGRAM", h.program())
+    h.wait_all("done", timeout=60)
+    assert d.terminate() == 0
+
+
+def test_paused_row_retried_at_due_time_not_heartbeat(h: Harness) -> None:
+    # POLL_INTERVAL 60 s: only the earliest-due timer can bring the row back in time
+    d = h.start(h.conf(h.pipeline(["a"]), POLL_INTERVAL="60 s"))
+    (i,) = h.enqueue("a", [{"do": "pause_once:2"}])
+    wait_until(lambda: h.row(i)["status"] == "paused", 20, message="row paused")
+    due = h.row(i)["timeout"]
+    h.wait_all("done", timeout=30)
+    row = h.row(i)
+    assert row["retries"] == 1, row
+    late = (row["updated_at"] - due).total_seconds()
+    assert 0 <= late <= 1.5, f"retried {late:.2f} s after its due time"
+    assert d.terminate() == 0
+
+
+def test_retry_cap(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], MAX_RETRIES=2)))
+    (i,) = h.enqueue("a", [{"do": "pause:0.3"}])
+    wait_until(
+        lambda: h.row(i)["status"] in ("failed", "expired", "done"),
+        30,
+        message=lambda: f"retries exhausted: {h.row(i)}",
+    )
+    row = h.row(i)
+    assert row["status"] == "failed", row
+    assert row["retries"] == 2, row
+    assert "retries exhausted" in str(row["state"]), row["state"]
+    starts = [r for r in h.wlog().runs if r.wq_id == i]
+    assert len(starts) == 3  # first run + 2 retries
+    assert d.terminate() == 0
+
+
+def test_expiry(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], MAX_RETRIES=1000), EXPIRY="2 s"))
+    (i,) = h.enqueue("a", [{"do": "pause:0.3"}])
+    wait_until(
+        lambda: h.row(i)["status"] not in ("pending", "running", "paused"),
+        30,
+        message=lambda: f"row expired: {h.row(i)}",
+    )
+    row = h.row(i)
+    assert row["status"] == "expired", row
+    assert row["retries"] >= 1
+    assert d.terminate() == 0

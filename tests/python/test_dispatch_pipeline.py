@@ -1,0 +1,165 @@
+"""The real dispatcher driving real workers: pipelines, capacity bounds, pools, stats.
+
+Every test runs `pepsi-dispatch serve` as a subprocess against its own fresh database.
+POLL_INTERVAL is 60 s in these configurations, so everything that completes within the
+deadlines was driven by notifications and worker answers, not by the heartbeat.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dispatch_harness import Harness, harness_fixture, wait_until  # noqa: F401
+
+
+def test_shell_worker_drives_two_stage_pipeline(h: Harness) -> None:
+    prog = h.shell_program({"a": "b"})
+    conf = h.conf({"a": {"PROGRAM": prog, "NEXT": "b"}, "b": {"PROGRAM": prog}})
+    d = h.start(conf)
+    ids = h.enqueue("a", 25)
+    counts = h.wait_all("done", timeout=60)
+    assert counts == {"done": 25}
+    rows = h.conn.execute(
+        "SELECT DISTINCT stage FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)", (ids,)
+    ).fetchall()
+    assert rows == [("b",)]
+    assert d.running()
+    assert d.terminate() == 0
+
+
+def test_capacity_bounds_sampled_under_load(h: Harness) -> None:
+    limits = {"a": (3, 2), "b": (2, 3)}  # stage: (PARALLELISM, QUEUE_LIMIT)
+    stages = h.pipeline(["a", "b"])
+    for s, (p, q) in limits.items():
+        stages[s].update(PARALLELISM=p, QUEUE_LIMIT=q)
+    d = h.start(h.conf(stages))
+    n = 150
+    h.enqueue("a", [{"do": "sleep:0.03;next"} for _ in range(n)])
+
+    max_workers = {s: 0 for s in limits}
+    max_running = {s: 0 for s in limits}
+    violations = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        workers = d.workers()
+        running = dict(
+            h.conn.execute(
+                "SELECT stage, count(*) FROM pepsi.workqueue WHERE status = 'running'"
+                " GROUP BY stage"
+            ).fetchall()
+        )
+        for s, (p, q) in limits.items():
+            nw, nr = len(workers.get(s, [])), running.get(s, 0)
+            max_workers[s] = max(max_workers[s], nw)
+            max_running[s] = max(max_running[s], nr)
+            if nw > p or nr > p * q:
+                violations.append((s, nw, nr))
+        if h.counts().get("done", 0) == n:
+            break
+        time.sleep(0.02)
+    assert h.counts() == {"done": n}
+    assert not violations, f"capacity exceeded (stage, workers, running rows): {violations[:10]}"
+    # it really was loaded: stage a reached its worker cap and filled its pipelines
+    assert max_workers["a"] == 3, max_workers
+    assert max_running["a"] > 3, max_running
+
+    log = h.wlog()
+    stage_of = {pid: spawn[0] for pid, spawn in log.spawns.items()}
+    too_deep = {pid: qmax for pid, qmax in log.queue_max.items() if qmax > limits[stage_of[pid]][1]}
+    assert not too_deep, f"more than QUEUE_LIMIT unanswered ids on a worker: {too_deep}"
+    # pipelining happened at all (a queue deeper than one was seen on stage a)
+    assert max(q for pid, q in log.queue_max.items() if stage_of[pid] == "a") > 1
+    per_stage_workers = {s: {pid for pid, st in stage_of.items() if st == s} for s in limits}
+    assert all(per_stage_workers[s] for s in limits)
+    # no id in two workers at once, and each id ran exactly once per stage
+    assert h.overlaps() == []
+    for s in limits:
+        assert sorted(r.wq_id for r in log.runs if r.stage == s) == list(
+            range(min(r.wq_id for r in log.runs), min(r.wq_id for r in log.runs) + n)
+        )
+    assert d.terminate() == 0
+
+
+def test_packing_idle_reap_and_recycle(h: Harness) -> None:
+    stages = h.pipeline(["a"], PARALLELISM=4, QUEUE_LIMIT=4, MAX_MESSAGES=5)
+    d = h.start(h.conf(stages, WORKER_IDLE_TIMEOUT="1 s"))
+    # three messages fit one worker's pipeline: they are packed onto one worker
+    ids = h.enqueue("a", [{"do": "sleep:0.2;next"} for _ in range(3)])
+    h.wait_all("done", timeout=30)
+    log = h.wlog()
+    assert len({r.pid for r in log.runs if r.wq_id in ids}) == 1, log.runs
+    # idle workers stop after WORKER_IDLE_TIMEOUT
+    wait_until(lambda: not d.workers().get("a"), 15, message="idle workers reaped")
+    assert d.running()
+    # MAX_MESSAGES = 5: a worker is replaced after 5 messages
+    more = h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(4)])
+    h.wait_all("done", timeout=30)
+    more += h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(9)])
+    h.wait_all("done", timeout=30)
+    log = h.wlog()
+    per_pid: dict[int, int] = {}
+    for r in log.runs:
+        per_pid[r.pid] = per_pid.get(r.pid, 0) + 1
+    assert max(per_pid.values()) <= 5, per_pid
+    assert sum(per_pid.values()) == 16
+    assert d.terminate() == 0
+
+
+def test_stderr_flood_does_not_block(h: Harness) -> None:
+    stages = h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=2)
+    d = h.start(h.conf(stages))
+    megabytes = 8
+    t0 = time.monotonic()
+    ids = h.enqueue("a", [{"do": f"stderr_flood:{megabytes * 1_000_000};next"}, {}, {}])
+    h.wait_all("done", timeout=60)
+    elapsed = time.monotonic() - t0
+    assert [h.row(i)["status"] for i in ids] == ["done"] * 3
+    assert elapsed < 20, f"{megabytes} MB of stderr took {elapsed:.1f} s to get through"
+    text = d.log()
+    assert "x" * 99 in text, "worker stderr was not relayed to the dispatcher log"
+    assert d.running()
+    assert d.terminate() == 0
+    print(f"stderr flood: {megabytes} MB relayed, 3 messages done in {elapsed:.2f} s")
+
+
+def test_statistics_match_processed_counts(h: Harness) -> None:
+    stages = h.pipeline(["a", "b"], PARALLELISM=2, QUEUE_LIMIT=3)
+    d = h.start(h.conf(stages))  # STATS_INTERVAL 60 s: only the idle flush can write
+    n_plain, n_fused, n_failed = 30, 12, 5
+    h.enqueue(
+        "a",
+        [{} for _ in range(n_plain)]
+        + [{"do_a": "fuse:b"} for _ in range(n_fused)]
+        + [{"do": "fail"} for _ in range(n_failed)],
+    )
+    h.wait_all(timeout=60)
+    counts = h.counts()
+    assert counts == {"done": n_plain + n_fused, "failed": n_failed}
+
+    expected_messages = 2 * n_plain + n_fused + n_failed
+    expected_runs = {2 * n_plain + 2 * n_fused, 2 * n_plain + 2 * n_fused + n_failed}
+
+    def flushed():
+        ds = h.dispatch_stats()
+        return ds.get("messages") == expected_messages and ds
+
+    ds = wait_until(flushed, 10, 0.1, lambda: f"idle stats flush: {h.dispatch_stats()}")
+    assert ds["stage_runs"] in expected_runs, ds
+    assert ds["failed"] == n_failed
+    assert ds["crashes"] == 0 and ds["timeouts"] == 0
+    ss = h.stage_stats()
+    assert ss["a"]["processed"] == n_plain + n_fused, ss
+    assert ss["b"]["processed"] == n_plain + n_fused, ss
+    assert ss["a"]["failed"] == n_failed and ss["b"]["failed"] == 0, ss
+    assert ss["a"]["processing_seconds"] > 0
+    # nothing is written while there are no deltas
+    before = (h.dispatch_stats()["updated_at"], {s: v["updated_at"] for s, v in ss.items()})
+    time.sleep(2.5)
+    after = (
+        h.dispatch_stats()["updated_at"],
+        {s: v["updated_at"] for s, v in h.stage_stats().items()},
+    )
+    assert before == after, "stats rewritten without deltas"
+    assert d.terminate() == 0
+    # shutdown flush adds nothing new either
+    assert h.dispatch_stats()["messages"] == expected_messages
