@@ -13,11 +13,19 @@ import sys
 from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pepsi_dispatch import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
+LIBPQ_ENV = {
+    "host": "PGHOST",
+    "port": "PGPORT",
+    "dbname": "PGDATABASE",
+    "user": "PGUSER",
+    "password": "PGPASSWORD",
+    "sslmode": "PGSSLMODE",
+}
 
 
 def main() -> int:
@@ -29,15 +37,33 @@ def main() -> int:
     dsn = make_conninfo(admin, dbname=name)
     try:
         env = {**os.environ, "PEPSI_DSN": dsn}
-        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env,
-                       check=True, stdout=subprocess.DEVNULL)
+        migrate = subprocess.run(
+            [sys.executable, "-m", "alembic", "upgrade", "head"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if migrate.returncode != 0:
+            print(migrate.stdout + migrate.stderr, file=sys.stderr)
+            return 1
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
         files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "sql").rglob("*.sql"))
         if not files:
             print("error: no pgTAP files under tests/sql", file=sys.stderr)
             return 1
-        result = subprocess.run(["pg_prove", "--dbname", dsn, "--failures", *files], cwd=ROOT)
+        # pg_prove takes its connection from libpq's environment variables; its own
+        # --dbname option does not accept a connection string.
+        libpq_env = {
+            **os.environ,
+            **{
+                LIBPQ_ENV[k]: v
+                for k, v in conninfo_to_dict(dsn).items()
+                if k in LIBPQ_ENV and v is not None
+            },
+        }
+        result = subprocess.run(["pg_prove", "--failures", *files], cwd=ROOT, env=libpq_env)
         return result.returncode
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
