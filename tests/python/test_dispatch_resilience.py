@@ -1,0 +1,152 @@
+"""The real dispatcher against database trouble and beside other replicas:
+a PostgreSQL restart under load (own throwaway cluster), and competing mode.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import alembic
+from dispatch_harness import Harness, harness_fixture, pid_alive, wait_until  # noqa: F401
+
+from pepsi_dispatch import embedded
+
+
+def running_rows(h: Harness, dispatcher_id: int | None = None) -> int:
+    if dispatcher_id is None:
+        sql, args = "SELECT count(*) FROM pepsi.workqueue WHERE status = 'running'", ()
+    else:
+        sql = "SELECT count(*) FROM pepsi.workqueue WHERE status = 'running' AND dispatcher_id = %s"
+        args = (dispatcher_id,)
+    return h.conn.execute(sql, args).fetchone()[0]
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[tuple[Path, str]]:
+    base = Path(tempfile.mkdtemp(prefix="pepsi-restart-", dir="/tmp"))
+    try:
+        dsn = embedded.start(base, "pepsi", fast=True)
+        alembic(dsn, "upgrade", "head")
+        yield base, dsn
+    finally:
+        embedded.destroy(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def pg_restart(base: Path) -> None:
+    data = embedded.cluster_home(base) / "data"
+    cmd = [
+        *embedded._as_server_user(),
+        str(embedded.find_bindir() / "pg_ctl"),
+        "-D", str(data), "-m", "fast", "-w", "-t", "60", "restart",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_postgres_restart_under_load_loses_nothing(
+    own_cluster: tuple[Path, str], tmp_path: Path
+) -> None:
+    base, dsn = own_cluster
+    h = Harness(tmp_path, dsn)
+    try:
+        conf = h.conf(h.pipeline(["a", "b"], PARALLELISM=2, QUEUE_LIMIT=4))
+        d = h.start(conf)
+        n = 400
+        h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(n)])
+        wait_until(lambda: h.counts().get("done", 0) >= 40, 60, message="progress before restart")
+        t0 = time.monotonic()
+        pg_restart(base)
+        restart_s = time.monotonic() - t0
+        h.conn = psycopg.connect(dsn, autocommit=True)
+        assert d.running(), d.tail()
+        counts = h.wait_all(timeout=120)
+        assert counts == {"done": n}, counts
+        assert d.running(), d.tail()
+        # notifications work again (LISTEN renewed): new rows go through without the
+        # heartbeat (POLL_INTERVAL is 60 s)
+        more = h.enqueue("a", 10)
+        h.wait_all("done", timeout=20, where=f"workqueue_id >= {more[0]}")
+        assert h.overlaps() == []
+        log = d.log().lower()
+        assert "reconnect" in log or "connection" in log, d.tail()
+        assert d.terminate() == 0
+        print(f"PostgreSQL restart took {restart_s:.2f} s; {n + 10} messages done, none lost")
+    finally:
+        h.close()
+
+
+def competing_conf(h: Harness, stages: list[str], **kw):
+    return h.conf(
+        h.pipeline(stages, PARALLELISM=2, QUEUE_LIMIT=2),
+        COMPETING="YES",
+        ORPHAN_TIMEOUT="3 s",
+        POLL_INTERVAL="1 s",
+        **kw,
+    )
+
+
+def test_competing_replicas_process_each_message_once(h: Harness) -> None:
+    conf = competing_conf(h, ["a", "b"])
+    n = 300
+    ids = h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(n)])
+    d1 = h.start(conf)
+    wait_until(lambda: running_rows(h) > 0, 20, message="first replica working")
+    d2 = h.start(conf)  # starts while d1 holds rows: must not reset them
+    id1, id2 = d1.dispatcher_id(h.conn), d2.dispatcher_id(h.conn)
+    assert id1 != id2
+    counts = h.wait_all(timeout=120)
+    assert counts == {"done": n}, counts
+    log = h.wlog()
+    per = Counter((r.wq_id, r.stage) for r in log.runs)
+    twice = {k: v for k, v in per.items() if v != 1}
+    assert not twice, f"processed more than once: {list(twice.items())[:10]}"
+    assert set(per) == {(i, s) for i in ids for s in ("a", "b")}
+    by_dispatcher = Counter(log.spawns[r.pid][1] for r in log.runs)
+    assert by_dispatcher[str(id1)] > 0 and by_dispatcher[str(id2)] > 0, by_dispatcher
+    assert h.overlaps() == []
+    assert d1.terminate() == 0 and d2.terminate() == 0
+
+
+def test_competing_killed_replica_rows_reclaimed(h: Harness) -> None:
+    conf = competing_conf(h, ["a"])
+    d1 = h.start(conf)
+    d2 = h.start(conf)
+    id1 = d1.dispatcher_id(h.conn)
+    n = 40
+    h.enqueue("a", [{"do": "sleep:0.3;next"} for _ in range(n)])
+    wait_until(lambda: running_rows(h, id1) >= 2, 20, message="the first replica holds rows")
+    d1.workers()
+    workers = d1.seen_workers | {pid for pid, sp in h.wlog().spawns.items() if sp[1] == str(id1)}
+    t_kill = time.monotonic()
+    d1.kill9()
+    wait_until(
+        lambda: not [p for p in workers if pid_alive(p)],
+        5,
+        message="the killed replica's workers die with it",
+    )
+    held = (
+        h.conn.execute(
+            "SELECT array_agg(workqueue_id) FROM pepsi.workqueue"
+            " WHERE status = 'running' AND dispatcher_id = %s",
+            (id1,),
+        ).fetchone()[0]
+        or []
+    )
+    counts = h.wait_all(timeout=60)
+    took = time.monotonic() - t_kill
+    assert counts == {"done": n}, counts
+    assert d2.running()
+    assert h.overlaps() == []
+    if held:
+        # the orphans were not taken before ORPHAN_TIMEOUT (3 s), and were within ~ +2 heartbeats
+        assert took < 3 + 10, f"orphans reclaimed only after {took:.1f} s"
+    assert d2.terminate() == 0
