@@ -59,6 +59,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.types.json import Jsonb
 
 __all__ = [
@@ -165,6 +166,13 @@ class _RowLost(Exception):
     """A transition changed nothing: the row is no longer ours."""
 
 
+class _Fatal(BaseException):
+    """The batch transaction failed beyond repair: roll back, answer nothing, exit 1.
+
+    A BaseException so that a handler's ``except Exception`` cannot swallow it.
+    """
+
+
 class _Scope:
     """The transaction levels of one message, entered lazily.
 
@@ -174,9 +182,12 @@ class _Scope:
     without any explicit transaction (one round trip, one commit).
     """
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, before_push: Callable[[], None] | None = None
+    ) -> None:
         self.conn = conn
         self._levels: list[psycopg.Transaction] = []
+        self._before_push = before_push
 
     @property
     def depth(self) -> int:
@@ -188,6 +199,8 @@ class _Scope:
             self.push()
 
     def push(self) -> None:
+        if self._before_push is not None:
+            self._before_push()
         tx = self.conn.transaction()
         tx.__enter__()
         self._levels.append(tx)
@@ -295,6 +308,10 @@ class _Worker:
         self.reader = _Reader(input_fd, self._waiting)
         self.stop = False
         self._idle = False
+        # group commit: statements deferred to the batch pipeline (sql, params, slot, lost)
+        self._deferred: list[tuple[str, tuple, int, str]] = []
+        self._lost_slots: dict[int, str] = {}
+        self._slot = 0
 
     # -- signals
 
@@ -322,6 +339,9 @@ class _Worker:
                     self._batch_single(lines)
         except _Stop:
             return 0
+        except _Fatal as exc:
+            print(f"pepsi worker: {exc}; exiting", file=sys.stderr)
+            return 1
         return 0
 
     def _answer(self, lines: list[str]) -> None:
@@ -364,17 +384,43 @@ class _Worker:
                 return
 
     def _batch_group(self, lines: list[bytes]) -> None:
+        """One transaction for the batch; statements of messages whose handler did not
+        touch ``msg.db`` are deferred and sent together in one pipeline before the commit."""
         loaded = self._load(lines)
-        answers: list[str] = []
+        outcomes: list[_Outcome] = []
+        self._deferred = []
+        self._lost_slots = {}
         with self.conn.transaction():
             for line, value, row in loaded:
-                scope = _Scope(self.conn)
+                self._slot = len(outcomes)
+                scope = _Scope(self.conn, before_push=self._flush)
                 outcome = self._process(line, value, row, scope, group=True)
                 scope.commit()
-                answers.append(outcome.answer)
+                outcomes.append(outcome)
                 if self.stop:
                     break
-        self._answer(answers)
+            self._flush()
+        for slot, lost in self._lost_slots.items():
+            print(f"pepsi worker: {lost}", file=sys.stderr)
+            outcomes[slot] = _Outcome(f"1 {_one_line(lost)}", False)
+        self._answer([o.answer for o in outcomes])
+
+    def _flush(self) -> None:
+        """Send the deferred statements of the batch in one pipeline; note rows lost."""
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        try:
+            with self.conn.pipeline():
+                cursors = [self.conn.execute(sql, params) for sql, params, _, _ in deferred]
+            for cur, (_, _, slot, lost) in zip(cursors, deferred, strict=True):
+                row = cur.fetchone()
+                if not (row and row[0]):
+                    self._lost_slots.setdefault(slot, lost)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            raise _Fatal(f"group commit batch failed: {_exc_reason(exc)}") from exc
 
     # -- one message
 
@@ -411,6 +457,9 @@ class _Worker:
             # A statement of this message failed: undo all of it, then fail the row
             # where it was (at the stage it was handed to us).
             scope.rollback_to(0)
+            if group and self.conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                # no savepoint of this message to roll back to: the batch is lost
+                raise _Fatal(f"group commit batch failed: {_exc_reason(exc)}") from exc
             reason = _one_line(f"database error: {_exc_reason(exc)}")
             print(f"pepsi worker: message {value}: {reason}", file=sys.stderr)
             try:
@@ -420,23 +469,34 @@ class _Worker:
                 scope.rollback_to(0)
             return _Outcome(f"1 {reason}", False)
 
-    def _call(self, sql: str, params: tuple, scope: _Scope, group: bool, alone: bool) -> bool:
-        """Execute one transition statement; returns its boolean."""
-        if group or not alone:
+    def _call(
+        self, sql: str, params: tuple, scope: _Scope, group: bool, alone: bool, lost: str
+    ) -> None:
+        """Execute one transition statement; raise _RowLost(lost) when it changed nothing.
+
+        Outside group commit a lone statement runs in autocommit, several share a
+        transaction. In group commit, a message without a savepoint of its own has
+        its statements deferred to the batch's pipeline (see :meth:`_flush`).
+        """
+        if group:
+            if scope.depth == 0:
+                self._deferred.append((sql, params, self._slot, lost))
+                return
+        elif not alone:
             scope.enter()
         row = self.conn.execute(sql, params).fetchone()
-        return bool(row and row[0])
+        if not (row and row[0]):
+            raise _RowLost(lost)
 
     def _execute_fail(self, scope: _Scope, mid: int, stage: str, reason: str, group: bool) -> None:
-        ok = self._call(
+        self._call(
             "SELECT pepsi.fail(%s, %s, %s, %s)",
             (mid, stage, reason, self.did),
             scope,
             group,
             alone=scope.depth == 0,
+            lost=self._lost(mid, stage, "fail"),
         )
-        if not ok:
-            raise _RowLost(self._lost(mid, stage, "fail"))
 
     def _lost(self, mid: int, stage: str, what: str) -> str:
         holder = f" under dispatcher {self.did}" if self.did is not None else ""
@@ -495,36 +555,37 @@ class _Worker:
             patch.pop("dispatch_error", None)
             state = msg.state
             if patch:
-                if not self._call(
+                self._call(
                     "SELECT pepsi.set_state(%s, %s, %s, %s)",
                     (mid, stage, Jsonb(patch), self.did),
                     scope,
                     group,
                     alone=False,
-                ):
-                    raise _RowLost(self._lost(mid, stage, "set_state"))
+                    lost=self._lost(mid, stage, "set_state"),
+                )
 
             if (
                 isinstance(transition, Advance)
                 and transition.fuse
                 and transition.to in self.handlers
             ):
-                if not self._call(
+                self._call(
                     "SELECT pepsi.hop(%s, %s, %s, %s)",
                     (mid, stage, transition.to, self.did),
                     scope,
                     group,
                     alone=False,
-                ):
-                    raise _RowLost(self._lost(mid, stage, "hop"))
+                    lost=self._lost(mid, stage, "hop"),
+                )
                 stage = transition.to
                 path.append(stage)
                 retries = 0
                 continue
 
             sql, params, what = self._statement(mid, stage, transition, prefix)
-            if not self._call(sql, params, scope, group, alone=scope.depth == 0):
-                raise _RowLost(self._lost(mid, stage, what))
+            self._call(
+                sql, params, scope, group, alone=scope.depth == 0, lost=self._lost(mid, stage, what)
+            )
             scope.commit()
             if isinstance(transition, Fail):
                 return _Outcome(f"1 {_one_line(prefix + transition.reason)}", False)
