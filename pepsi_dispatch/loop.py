@@ -1,0 +1,939 @@
+"""The dispatcher's event loop (SPEC §6): one process, one thread, one selector.
+
+The selector watches the LISTEN connection's socket, every worker's stdout and
+stderr (and stdin while a write is pending), and a self-pipe that signal
+handlers write to (``signal.set_wakeup_fd``). Its timeout is the earliest
+timer: the POLL_INTERVAL heartbeat, the next paused row's due time, idle
+reaps, spawn cooldowns, MAX_RUNTIME deadlines, the stats flush, reconnects.
+
+Every iteration first drains all events (answers, notifications, exits), then
+does the database work of the iteration in one pipeline
+(:meth:`pepsi_dispatch.db.Database.iteration`: record failures, check ``0``
+answers, requeue due rows, ONE claim for every stage with room), then hands
+the claimed ids to workers, one write per worker.
+
+The invariant everything here protects: **an id is never in two workers at
+once**. A worker's unanswered ids go back to pending only after the worker
+is dead and reaped; a row handed to a worker stays on that worker's in-flight
+list until it is answered or the worker is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import time
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+
+from .config import Config, ConfigError, apply_overlay, load_config
+from .db import Database, IterationResult, ids_text
+from .errors import FatalError, UsageError
+from .pool import StagePool, worker_env
+from .process import Worker, describe_exit
+from .protocol import FAILED, OK, parse_answer
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+#: requeue_due runs at most this often because of answers (a stage may have
+#: paused a row; pausing does not notify). A pause of 2 s is thus retried on
+#: time: its due time is learned within a second of the pause.
+REQUEUE_AFTER_ANSWERS = 1.0
+#: Flush stats on going idle at most this often.
+IDLE_FLUSH_MIN = 1.0
+#: A worker whose stdout reached EOF but which has not exited is SIGKILLed after this.
+EOF_GRACE = 2.0
+#: Reconnect backoff (seconds): first, cap.
+RECONNECT_FIRST = 0.1
+RECONNECT_MAX = 5.0
+#: Retention: done rows deleted per purge_done call and calls per heartbeat.
+PURGE_BATCH = 1000
+PURGE_MAX_BATCHES = 20
+INF = float("inf")
+
+
+class _Stop(Exception):
+    """Internal: leave the loop (after a fatal condition was handled)."""
+
+
+class Dispatcher:
+    """The coordinator: state of one ``pepsi-dispatch serve`` run."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.dc = config.dispatch
+        self.db = Database(config.dsn, self.dc.competing)
+        self.stats = Stats()
+        self.sel = selectors.DefaultSelector()
+        self.dispatcher_id = 0
+        self.generation = 0
+        self.pools: dict[str, StagePool] = {}
+        #: pools of stages a reload removed, kept until their workers are gone.
+        self.leftover: list[StagePool] = []
+        # Database writes owed (kept until the pipeline carrying them succeeds).
+        self.errors: list[tuple[int, str, str]] = []
+        self.answered: list[int] = []
+        self.to_release: list[int] = []
+        #: id -> the worker that has it in flight. The invariant's bookkeeping:
+        #: a row a stage advanced can be claimed again (for the next stage)
+        #: before the answer of the first worker is read, so every owed write
+        #: about an id is checked against this map when it is sent.
+        self.where: dict[int, Worker] = {}
+        # Flags and timers (monotonic seconds).
+        self.claim_needed = True
+        self.requeue_dirty = False
+        self.requeue_at = 0.0
+        self.last_requeue = -INF
+        self.next_heartbeat = 0.0
+        self.last_flush = time.monotonic()
+        self.db_ok = False
+        self.reconnect_at = INF
+        self.reconnect_delay = RECONNECT_FIRST
+        self.reload_pending = False
+        self.sigchld = False
+        self.shutting_down = False
+        self.shutdown_deadline = INF
+        self.signals_seen = 0
+        self.fatal: str | None = None
+        self._sig_r = self._sig_w = -1
+        self._old_handlers: dict[int, Any] = {}
+        self.heartbeat_interval = self.dc.poll_interval
+        if self.dc.competing:
+            self.heartbeat_interval = min(self.heartbeat_interval, self.dc.orphan_timeout / 3)
+        self.heartbeat_interval = max(self.heartbeat_interval, 0.05)
+
+    # == start-up ================================================================
+    def start(self) -> None:
+        """Connect, lock, register, LISTEN, reset orphans; raises UsageError if refused."""
+        try:
+            self.db.connect()
+        except psycopg.Error as exc:
+            raise FatalError(f"cannot connect to the database: {_one_line(exc)}") from None
+        try:
+            if not self.db.try_lock():
+                holders = self.db.lock_holders()
+                mode = "competing " if self.dc.competing else ""
+                raise UsageError(
+                    f"another dispatcher already serves this database ({holders}); "
+                    f"this {mode}dispatcher refuses to start"
+                    + (
+                        " (a single dispatcher and competing replicas cannot be mixed)"
+                        if self.dc.competing
+                        else ""
+                    )
+                )
+            # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
+            self.config = apply_overlay(self.config, self.db.overlay())
+            self.dispatcher_id = self.db.register()
+            # LISTEN before the first claim: nothing enqueued after this is missed.
+            self.db.start_listening()
+            n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
+        except psycopg.Error as exc:
+            raise FatalError(f"database error during start-up: {_one_line(exc)}") from None
+        if n:
+            log.info("reset %d orphaned running row(s) to pending", n)
+        self.db_ok = True
+        self.sel.register(self.db.listen_fileno(), selectors.EVENT_READ, ("listen", None))
+        self._build_pools(self.config)
+        stages = ", ".join(
+            f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
+        )
+        log.info(
+            "pepsi-dispatch started: dispatcher %d, %s mode, pid %d, config %s, stages: %s",
+            self.dispatcher_id,
+            "competing" if self.dc.competing else "single",
+            os.getpid(),
+            self.config.path or "built-in defaults",
+            stages or "(none)",
+        )
+
+    def _build_pools(self, config: Config) -> None:
+        self.generation += 1
+        old = self.pools
+        self.pools = {name: StagePool(sc, self.generation) for name, sc in config.stages.items()}
+        for name, pool in old.items():
+            if name in self.pools:
+                self.pools[name].workers.extend(pool.workers)
+                self.pools[name].cooldown_until = pool.cooldown_until
+                self.pools[name].cooldown_delay = pool.cooldown_delay
+            elif pool.workers:
+                self.leftover.append(pool)
+
+    def _install_signals(self) -> None:
+        self._sig_r, self._sig_w = os.pipe()
+        os.set_blocking(self._sig_r, False)
+        os.set_blocking(self._sig_w, False)
+        signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
+        self.sel.register(self._sig_r, selectors.EVENT_READ, ("signal", None))
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(-1)
+        for fd in (self._sig_r, self._sig_w):
+            if fd >= 0:
+                os.close(fd)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        # Runs between bytecodes of the main thread; only sets flags. The
+        # wakeup fd already woke the selector.
+        if signum == signal.SIGCHLD:
+            self.sigchld = True
+        elif signum == signal.SIGHUP:
+            self.reload_pending = True
+        else:
+            self.signals_seen += 1
+
+    # == the loop ================================================================
+    def run(self) -> int:
+        """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
+        self._install_signals()
+        try:
+            self.start()
+            now = time.monotonic()
+            self.next_heartbeat = now + self.heartbeat_interval
+            self.requeue_at = now
+            while True:
+                now = time.monotonic()
+                timeout = self._next_timeout(now)
+                events = self.sel.select(None if timeout == INF else max(0.0, timeout))
+                now = time.monotonic()
+                for key, _mask in events:
+                    kind, w = key.data
+                    if kind == "out":
+                        self._on_stdout(w, now)
+                    elif kind == "err":
+                        self._on_stderr(w)
+                    elif kind == "in":
+                        if w.flush_stdin():
+                            self._unwatch(w.stdin_fd)
+                    elif kind == "listen":
+                        self._on_listen(now)
+                    else:
+                        self._drain_signal_pipe()
+                if self.signals_seen and not self.shutting_down:
+                    self._begin_shutdown(now)
+                elif self.signals_seen > 1 and self.shutdown_deadline > now:
+                    log.warning("second stop signal: killing workers now")
+                    self.shutdown_deadline = now
+                self._reap(now)
+                self._timers(now)
+                if self.reload_pending and not self.shutting_down and self.db_ok:
+                    self.reload_pending = False
+                    self._reload(now)
+                if self.db_ok:
+                    self._db_iteration(now)
+                if self.shutting_down and not self._all_workers():
+                    return self._finish_shutdown()
+        finally:
+            self._restore_signals()
+            self.db.close()
+
+    def _all_workers(self) -> list[Worker]:
+        out: list[Worker] = []
+        for pool in self.pools.values():
+            out.extend(pool.workers)
+        for pool in self.leftover:
+            out.extend(pool.workers)
+        return out
+
+    def _pool_of(self, w: Worker) -> StagePool | None:
+        pool = self.pools.get(w.stage)
+        if pool is not None and w in pool.workers:
+            return pool
+        for p in self.leftover:
+            if w in p.workers:
+                return p
+        return None
+
+    def _next_timeout(self, now: float) -> float:
+        """Seconds until the earliest timer (INF: none)."""
+        if self.to_release or self.reload_pending:
+            return 0.0
+        t = INF
+        if self.db_ok:
+            if not self.shutting_down:
+                t = min(t, self.next_heartbeat, self.requeue_at)
+                if self.requeue_dirty:
+                    t = min(t, self.last_requeue + REQUEUE_AFTER_ANSWERS)
+            if self.stats.pending():
+                t = min(t, self.last_flush + self.dc.stats_interval)
+        else:
+            t = min(t, self.reconnect_at)
+        t = min(t, self.shutdown_deadline)
+        idle_timeout = self.dc.worker_idle_timeout
+        busy = False
+        for pool in self.pools.values():
+            if pool.cooldown_until and not self.shutting_down:
+                t = min(t, pool.cooldown_until)
+        for w in self._all_workers():
+            if w.inflight:
+                busy = True
+                if not w.killed:
+                    t = min(t, w.head_since + self.dc.max_runtime)
+            elif not w.stopping:
+                t = min(t, w.idle_since + idle_timeout)
+            if w.killed:
+                t = min(t, now + 0.01)  # reap soon
+            elif w.eof:
+                t = min(t, w.eof_at + EOF_GRACE)
+            elif w.stopping and w.stop_deadline:
+                t = min(t, w.stop_deadline)
+        if not busy and self.db_ok and self.stats.pending():
+            t = min(t, self.last_flush + IDLE_FLUSH_MIN)
+        return t - now
+
+    # == events ==================================================================
+    def _drain_signal_pipe(self) -> None:
+        try:
+            while os.read(self._sig_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _on_listen(self, now: float) -> None:
+        try:
+            channels = self.db.notifications()
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+            return
+        for channel in channels:
+            if channel == "config_changed":
+                self.reload_pending = True
+            else:
+                self.claim_needed = True
+
+    def _on_stdout(self, w: Worker, now: float) -> None:
+        lines = w.read_answers()
+        if lines is None:
+            self._unwatch(w.stdout_fd)
+            w.eof = True
+            w.eof_at = now
+            if w.proc.stdout is not None:
+                w.proc.stdout.close()
+            w.stdout_fd = None
+            self.sigchld = True  # look for its exit status now
+            return
+        if lines:
+            self._answers(w, lines, now)
+
+    def _answers(self, w: Worker, lines: list[bytes], now: float) -> None:
+        """Process answer lines of ``w`` in order (SPEC §5)."""
+        if w.killed:
+            return  # its in-flight list is being torn down; answers no longer map to ids
+        stats = self.stats
+        pool = self._pool_of(w)
+        debug = log.isEnabledFor(logging.DEBUG)
+        inflight = w.inflight
+        where = self.where
+        for line in lines:
+            if not inflight:
+                log.warning(
+                    "stage %s worker pid %d: answer %r with no message in flight "
+                    "(protocol error); stopping it",
+                    w.stage,
+                    w.pid,
+                    line[:200],
+                )
+                self._kill(w, now)
+                break
+            wid = inflight.popleft()
+            if where.get(wid) is w:
+                del where[wid]
+            seconds = now - w.head_since
+            w.head_since = now
+            w.answered += 1
+            if line == b"0":  # the hot path
+                self.answered.append(wid)
+                stats.succeeded(w.stage, seconds)
+                if debug:
+                    log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
+                continue
+            answer = parse_answer(line)
+            if answer.kind == OK:
+                self.answered.append(wid)
+                stats.succeeded(w.stage, seconds, answer.fused)
+                if debug:
+                    log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
+            elif answer.kind == FAILED:
+                self.errors.append((wid, "failed", answer.text))
+                stats.failed(w.stage, seconds)
+                if debug:
+                    log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
+            else:
+                self.errors.append(
+                    (wid, "failed", f'protocol error: worker answered "{answer.text}"')
+                )
+                stats.failed(w.stage, seconds)
+                log.warning(
+                    "stage %s worker pid %d: protocol error on message %d: %r; stopping it",
+                    w.stage,
+                    w.pid,
+                    wid,
+                    answer.text[:200],
+                )
+                self._kill(w, now)
+                break
+        if pool is not None:
+            pool.success()
+        self.requeue_dirty = True
+        self.claim_needed = True
+        if not inflight and not w.killed:
+            w.idle_since = now
+            if w.retiring and not w.stopping:
+                self._stop_worker(w, now, "retired")
+
+    def _on_stderr(self, w: Worker) -> None:
+        lines = w.read_stderr()
+        if lines is None:
+            self._unwatch(w.stderr_fd)
+            if w.proc.stderr is not None:
+                w.proc.stderr.close()
+            w.stderr_fd = None
+            return
+        for line in lines:
+            log.info("[%s %d] %s", w.stage, w.pid, line)
+
+    def _unwatch(self, fd: int | None) -> None:
+        if fd is None:
+            return
+        try:
+            self.sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+
+    # == workers =================================================================
+    def _spawn(self, pool: StagePool) -> Worker | None:
+        env = worker_env(os.environ, pool.name, self.config.dsn, self.dispatcher_id)
+        now = time.monotonic()
+        try:
+            w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
+        except OSError as exc:
+            pool.start_cooldown(now, f"cannot start PROGRAM {pool.config.program!r}: {exc}")
+            return None
+        pool.workers.append(w)
+        self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
+        self.sel.register(w.stderr_fd, selectors.EVENT_READ, ("err", w))
+        log.info(
+            "stage %s: worker pid %d started (%d/%d)",
+            pool.name,
+            w.pid,
+            len(pool.workers),
+            pool.parallelism,
+        )
+        return w
+
+    def _stop_worker(self, w: Worker, now: float, why: str) -> None:
+        """Ask an idle worker to go: EOF on stdin (it exits 0)."""
+        w.stopping = True
+        w.stop_deadline = now + self.dc.shutdown_timeout
+        self._unwatch(w.stdin_fd)
+        w.close_stdin()
+        log.debug("stage %s worker pid %d: stopping (%s)", w.stage, w.pid, why)
+
+    def _kill(self, w: Worker, now: float) -> None:
+        """SIGKILL ``w``; its remaining ids are released once it is reaped."""
+        w.kill()
+        w.stopping = True
+        self._unwatch(w.stdin_fd)
+        w.close_stdin()
+
+    def _reap(self, now: float) -> None:
+        """Collect exited workers; settle their unanswered ids (they are dead now)."""
+        check_all = self.sigchld
+        self.sigchld = False
+        for w in self._all_workers():
+            if not (check_all or w.killed or w.eof):
+                continue
+            rc = w.poll()
+            if rc is None:
+                continue
+            self._finalize(w, rc, now)
+
+    def _finalize(self, w: Worker, rc: int, now: float) -> None:
+        pool = self._pool_of(w)
+        # Answers written before it exited may still sit in the pipe.
+        if not w.killed and w.stdout_fd is not None:
+            while True:
+                lines = w.read_answers()
+                if not lines:
+                    break
+                self._answers(w, lines, now)
+        if w.stderr_fd is not None:
+            self._on_stderr(w)  # last words, at most one chunk burst
+        self._unwatch(w.stdout_fd)
+        self._unwatch(w.stderr_fd)
+        self._unwatch(w.stdin_fd)
+        w.close_fds()
+        if pool is not None:
+            pool.workers.remove(w)
+            if pool in self.leftover and not pool.workers:
+                self.leftover.remove(pool)
+        ids = list(w.inflight)
+        for wid in ids:
+            if self.where.get(wid) is w:
+                del self.where[wid]
+        w.inflight.clear()
+        expected = w.stopping or self.shutting_down
+        if ids and not w.killed and not self.shutting_down:
+            # A crash: the head-of-line message fails, the rest never ran.
+            head, rest = ids[0], ids[1:]
+            reason = describe_exit(rc)
+            self.errors.append((head, "failed", reason))
+            self.stats.crashed(w.stage, now - w.head_since)
+            self.to_release.extend(rest)
+            log.warning(
+                "stage %s worker pid %d crashed: %s; message %d failed, %d released",
+                w.stage,
+                w.pid,
+                reason,
+                head,
+                len(rest),
+            )
+        else:
+            self.to_release.extend(ids)
+            if w.killed:
+                log.info(
+                    "stage %s worker pid %d killed; %d message(s) released",
+                    w.stage,
+                    w.pid,
+                    len(ids),
+                )
+            elif expected:
+                level = logging.INFO if rc == 0 else logging.WARNING
+                log.log(
+                    level,
+                    "stage %s worker pid %d exited: %s%s",
+                    w.stage,
+                    w.pid,
+                    describe_exit(rc).removeprefix("worker "),
+                    f"; {len(ids)} message(s) released" if ids else "",
+                )
+            else:
+                log.warning(
+                    "stage %s worker pid %d exited unexpectedly: %s",
+                    w.stage,
+                    w.pid,
+                    describe_exit(rc).removeprefix("worker "),
+                )
+        if (
+            pool is not None
+            and not expected
+            and not w.killed
+            and w.answered == 0
+            and not self.shutting_down
+        ):
+            pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
+        self.claim_needed = True
+
+    def _timers(self, now: float) -> None:
+        """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
+        if not self.db_ok and now >= self.reconnect_at:
+            self._reconnect(now)
+        if self.db_ok and not self.shutting_down and now >= self.next_heartbeat:
+            self._heartbeat(now)
+        for pool in self.pools.values():
+            if pool.cooldown_until and now >= pool.cooldown_until:
+                pool.cooldown_until = 0.0  # the delay is kept, so the next one grows
+                self.claim_needed = True
+                log.info("stage %s: cooldown over, starting workers again", pool.name)
+        max_runtime = self.dc.max_runtime
+        idle_timeout = self.dc.worker_idle_timeout
+        for w in self._all_workers():
+            if w.killed:
+                continue
+            if w.inflight and now - w.head_since >= max_runtime:
+                head = w.inflight.popleft()
+                if self.where.get(head) is w:
+                    del self.where[head]
+                seconds = now - w.head_since
+                reason = f"timeout: no answer within MAX_RUNTIME ({max_runtime:g} s); worker killed"
+                self.errors.append((head, "timeout", reason))
+                self.stats.timed_out(w.stage, seconds)
+                log.warning(
+                    "stage %s worker pid %d: message %d unanswered after %.1f s "
+                    "(MAX_RUNTIME); killing the worker",
+                    w.stage,
+                    w.pid,
+                    head,
+                    seconds,
+                )
+                self._kill(w, now)
+            elif w.eof and now - w.eof_at >= EOF_GRACE:
+                log.warning(
+                    "stage %s worker pid %d closed stdout but did not exit; killing it",
+                    w.stage,
+                    w.pid,
+                )
+                self._kill(w, now)
+            elif w.stopping and w.stop_deadline and now >= w.stop_deadline:
+                log.warning(
+                    "stage %s worker pid %d did not exit within SHUTDOWN_TIMEOUT; killing it",
+                    w.stage,
+                    w.pid,
+                )
+                self._kill(w, now)
+            elif (
+                not w.inflight
+                and not w.stopping
+                and not w.eof
+                and now - w.idle_since >= idle_timeout
+            ):
+                self._stop_worker(w, now, "idle")
+        if self.shutting_down and now >= self.shutdown_deadline:
+            for w in self._all_workers():
+                if not w.killed:
+                    log.warning(
+                        "stage %s worker pid %d still running after SHUTDOWN_TIMEOUT; killing it",
+                        w.stage,
+                        w.pid,
+                    )
+                    self._kill(w, now)
+            # Killed children go away in milliseconds; wait for them here so the
+            # shutdown does not spin on the 10 ms reap timer.
+            for w in self._all_workers():
+                rc = w.wait_dead()
+                self._finalize(w, rc, now)
+
+    # == database ================================================================
+    def _db_iteration(self, now: float) -> None:
+        """This iteration's database work, in one pipeline; then place claimed ids."""
+        requeue = None
+        if not self.shutting_down and (
+            now >= self.requeue_at
+            or (self.requeue_dirty and now - self.last_requeue >= REQUEUE_AFTER_ANSWERS)
+        ):
+            requeue = self._requeue_args()
+        claim = None
+        if self.claim_needed and not self.shutting_down:
+            stages, caps = [], []
+            for name, pool in self.pools.items():
+                cap = pool.capacity(now)
+                if cap > 0:
+                    stages.append(name)
+                    caps.append(cap)
+            if stages:
+                claim = (stages, caps)
+        errors, answered, release = self.errors, self.answered, self.to_release
+        where = self.where
+        if where and (errors or answered or release):
+            # An id owed a write may meanwhile be in flight again at its next
+            # stage (the stage advanced it, we claimed it, then read the old
+            # answer). Writing then would fail or release a row another worker
+            # is working on -- the one thing that must never happen.
+            errors = [e for e in errors if e[0] not in where]
+            answered = [i for i in answered if i not in where]
+            release = [i for i in release if i not in where]
+        if errors or answered or release or requeue or claim:
+            try:
+                if release:
+                    # Separate statement first: released rows become claimable in
+                    # the same iteration's claim.
+                    self.db.release(self.dispatcher_id, release)
+                    log.debug("released %d row(s): %s", len(release), ids_text(release))
+                self.to_release = []
+                result = self.db.iteration(self.dispatcher_id, errors, answered, requeue, claim)
+            except psycopg.Error as exc:
+                self._db_lost(now, exc)
+                return
+            self.errors = []
+            self.answered = []
+            self.claim_needed = False
+            self._after_iteration(result, now)
+        self._maybe_flush(now)
+
+    def _requeue_args(self) -> tuple[list[str], list[int], int, float]:
+        stages = list(self.pools)
+        retries = [self.pools[s].config.max_retries for s in stages]
+        return (stages, retries, 10, self.dc.expiry)
+
+    def _after_iteration(self, result: IterationResult, now: float) -> None:
+        for wid, stage in result.left_running:
+            log.warning(
+                "stage %s answered 0 for message %d but left it running; failed it",
+                stage,
+                wid,
+            )
+        if result.requeue is not None:
+            self._requeued(result.requeue, now)
+        if result.claimed:
+            self._place(result.claimed, now)
+
+    def _requeued(self, r: Any, now: float) -> None:
+        self.last_requeue = now
+        self.requeue_dirty = False
+        if r.next_due_in is None:
+            self.requeue_at = INF
+        elif r.next_due_in <= 0:
+            # More were due than one call moves: go again soon.
+            self.requeue_at = now + (0.01 if r.requeued else 1.0)
+        else:
+            # +5 ms: wake just after the row is due, not just before.
+            self.requeue_at = now + r.next_due_in + 0.005
+        if r.requeued or r.exhausted or r.expired:
+            self.stats.requeued += r.requeued
+            self.stats.expired += r.expired
+            self.claim_needed = True
+            log.info(
+                "paused rows due: %d requeued, %d failed (retries exhausted), %d expired",
+                r.requeued,
+                r.exhausted,
+                r.expired,
+            )
+
+    def _place(self, claimed: list[tuple[int, str]], now: float) -> None:
+        """Hand claimed ids to workers, one write per worker; release what finds no place."""
+        by_stage: dict[str, list[int]] = {}
+        for wid, stage in claimed:
+            by_stage.setdefault(stage, []).append(wid)
+        debug = log.isEnabledFor(logging.DEBUG)
+        for stage, ids in by_stage.items():
+            pool = self.pools.get(stage)
+            if pool is None:
+                self.to_release.extend(ids)
+                continue
+            assignments, unplaced = pool.place(ids, now, self._spawn)
+            for w, batch in assignments:
+                for wid in batch:
+                    other = self.where.get(wid)
+                    if other is not None:  # cannot happen: claim takes pending rows only
+                        log.error(
+                            "BUG: claimed id %d is in flight at worker pid %d", wid, other.pid
+                        )
+                    self.where[wid] = w
+                w.give(batch, now)
+                if w.outbuf and w.stdin_fd is not None:
+                    try:
+                        self.sel.register(w.stdin_fd, selectors.EVENT_WRITE, ("in", w))
+                    except KeyError:
+                        pass
+                self.stats.handed_out(len(batch))
+                if debug:
+                    log.debug("stage %s pid %d: given %s", stage, w.pid, ids_text(batch))
+            if unplaced:
+                self.to_release.extend(unplaced)
+        # A claim that filled capacity may have left more pending rows behind;
+        # answers will free room and trigger the next claim.
+
+    def _maybe_flush(self, now: float, force: bool = False) -> None:
+        if not self.stats.pending():
+            return
+        due = now - self.last_flush >= self.dc.stats_interval
+        if not due and now - self.last_flush >= IDLE_FLUSH_MIN:
+            due = not any(w.inflight for w in self._all_workers())
+        if not (due or force):
+            return
+        try:
+            self.db.flush_stats(self.stats.flush_args())
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+            return
+        self.stats.clear()
+        self.last_flush = now
+
+    def _heartbeat(self, now: float) -> None:
+        self.next_heartbeat = now + self.heartbeat_interval
+        try:
+            self.db.heartbeat(self.dispatcher_id)
+            self.db.ping_listen()
+            self._on_listen(now)  # notifications that arrived during the ping
+            if not self.db_ok:
+                return
+            if self.dc.competing:
+                n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
+                if n:
+                    log.info("reset %d orphaned running row(s) of dead replicas to pending", n)
+            if self.dc.retention > 0:
+                purged = 0
+                for _ in range(PURGE_MAX_BATCHES):
+                    n = self.db.purge_done(self.dc.retention, PURGE_BATCH)
+                    purged += n
+                    if n < PURGE_BATCH:
+                        break
+                if purged:
+                    log.info("purged %d done row(s) older than RETENTION", purged)
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+            return
+        self.requeue_at = now
+        self.claim_needed = True
+
+    def _db_lost(self, now: float, exc: BaseException) -> None:
+        """Connection trouble: close, keep owed writes, reconnect with backoff."""
+        if self.db_ok:
+            log.warning(
+                "database trouble (%s); reconnecting, workers keep running",
+                _one_line(exc),
+            )
+            self.reconnect_delay = RECONNECT_FIRST
+        self.db_ok = False
+        try:
+            self.sel.unregister(self.db.listen_fileno())
+        except Exception:  # noqa: BLE001 - the socket may already be gone
+            pass
+        self.db.close()
+        self.reconnect_at = now + self.reconnect_delay
+        self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
+
+    def _reconnect(self, now: float) -> None:
+        try:
+            self.db.connect()
+            if not self.db.try_lock():
+                holders = self.db.lock_holders()
+                self.fatal = (
+                    "lost the database to another dispatcher while reconnecting "
+                    f"({holders}); stopping"
+                )
+            else:
+                self.db.start_listening()
+                self.db.heartbeat(self.dispatcher_id)
+                # Rows the database says we hold but no worker has (a claim that
+                # committed while its answer was lost) go back to pending; rows
+                # with an owed failure or answer check are left for those writes.
+                owed = {e[0] for e in self.errors}
+                owed.update(self.answered)
+                owed.update(self.where)
+                stray = sorted(self.db.held(self.dispatcher_id) - owed - set(self.to_release))
+                if stray:
+                    self.db.release(self.dispatcher_id, stray)
+                    log.info("released %d claimed row(s) no worker had", len(stray))
+        except psycopg.Error as exc:
+            log.debug("reconnect failed: %s", _one_line(exc))
+            self.db.close()
+            self.reconnect_at = now + self.reconnect_delay
+            self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
+            return
+        if self.fatal:
+            self._abort_fatal()
+            return
+        self.db_ok = True
+        self.sel.register(self.db.listen_fileno(), selectors.EVENT_READ, ("listen", None))
+        log.info("database connection re-established; LISTEN renewed, full claim pass")
+        self.reconnect_delay = RECONNECT_FIRST
+        self.claim_needed = True
+        self.requeue_at = now
+        self.reload_pending = True  # config_changed may have been missed too
+
+    def _abort_fatal(self) -> None:
+        """Another dispatcher owns the database: kill our workers (no writes) and stop."""
+        for w in self._all_workers():
+            w.wait_dead()
+            w.close_fds()
+        self.pools.clear()
+        self.leftover.clear()
+        raise FatalError(self.fatal or "fatal error")
+
+    # == reload ==================================================================
+    def _reload(self, now: float) -> None:
+        path = str(self.config.path) if self.config.path else None
+        try:
+            new = apply_overlay(load_config(path), self.db.overlay())
+        except ConfigError as exc:
+            log.error("reloaded configuration does not parse: %s; shutting down", exc)
+            self.fatal = f"reloaded configuration does not parse: {exc}"
+            self._begin_shutdown(now)
+            return
+        except psycopg.Error as exc:
+            self.reload_pending = True
+            self._db_lost(now, exc)
+            return
+        # [pepsi-dispatch] options are read once; only the stage table changes.
+        self.config = replace(new, path=self.config.path, dsn=self.config.dsn, dispatch=self.dc)
+        n = 0
+        for w in self._all_workers():
+            if not w.retiring:
+                w.retiring = True
+                n += 1
+                if not w.inflight and not w.stopping:
+                    self._stop_worker(w, now, "reload")
+        self._build_pools(self.config)
+        self.claim_needed = True
+        log.info(
+            "configuration reloaded: stages %s; retiring %d worker(s)",
+            ", ".join(
+                f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
+            )
+            or "(none)",
+            n,
+        )
+
+    # == shutdown ================================================================
+    def _begin_shutdown(self, now: float) -> None:
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        self.shutdown_deadline = now + self.dc.shutdown_timeout
+        workers = self._all_workers()
+        log.info(
+            "stopping: no more claims; SIGTERM to %d worker(s), SHUTDOWN_TIMEOUT %g s",
+            len(workers),
+            self.dc.shutdown_timeout,
+        )
+        for w in workers:
+            w.stopping = True
+            w.signal(signal.SIGTERM)
+
+    def _finish_shutdown(self) -> int:
+        """All workers are gone: settle owed writes, release held rows, flush, unregister."""
+        deadline = time.monotonic() + max(self.dc.shutdown_timeout, 1.0)
+        while True:
+            now = time.monotonic()
+            if not self.db_ok:
+                if now >= deadline:
+                    log.error(
+                        "stopped without a database connection: held rows stay running "
+                        "until the next dispatcher resets them"
+                    )
+                    return 1
+                time.sleep(max(0.0, min(self.reconnect_at, deadline) - now))
+                self._reconnect(time.monotonic())
+                continue
+            try:
+                if self.errors or self.answered:
+                    self.db.iteration(self.dispatcher_id, self.errors, self.answered, None, None)
+                    self.errors, self.answered = [], []
+                n = self.db.release(self.dispatcher_id, None)
+                self.to_release = []
+                if self.stats.pending():
+                    self.db.flush_stats(self.stats.flush_args())
+                    self.stats.clear()
+                self.db.unregister(self.dispatcher_id)
+            except psycopg.Error as exc:
+                self._db_lost(now, exc)
+                continue
+            break
+        log.info(
+            "pepsi-dispatch stopped: dispatcher %d, %d message(s) handed out, %d stage run(s)%s",
+            self.dispatcher_id,
+            self.stats.total_messages,
+            self.stats.total_stage_runs,
+            f", {n} held row(s) released" if n else "",
+        )
+        if self.fatal:
+            raise FatalError(self.fatal)
+        return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def serve(config: Config) -> int:
+    """Run the dispatcher with ``config`` until SIGINT/SIGTERM; returns the exit code.
+
+    Raises :class:`~pepsi_dispatch.errors.UsageError` (exit 2) when another
+    dispatcher holds the database or the overlay is bad at start-up, and
+    :class:`~pepsi_dispatch.errors.FatalError` (exit 1) for fatal runtime
+    errors such as a reloaded graph that does not parse.
+    """
+    return Dispatcher(config).run()
+
+
+__all__ = ["Dispatcher", "serve"]

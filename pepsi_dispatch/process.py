@@ -1,0 +1,289 @@
+"""One worker process: spawn, pipes, in-flight bookkeeping, kill and reap.
+
+A :class:`Worker` is the dispatcher's view of one ``PROGRAM [-c FILE] worker``
+child. It owns three non-blocking pipe ends and the ordered list of ids
+written to the child and not answered yet. It never decides anything about
+rows; the loop does that with what :meth:`Worker.read_answers` and
+:meth:`Worker.poll` report.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+
+log = logging.getLogger(__name__)
+
+#: Chunk size of pipe reads: a busy worker's answers ("0\n", 2 bytes each)
+#: are read thousands at a time.
+READ_CHUNK = 65536
+#: stderr lines longer than this are cut before they reach the log.
+MAX_STDERR_LINE = 8192
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - not on Linux
+    _libc = None
+
+
+def _child_setup(parent: int) -> None:
+    """Runs in the child between fork and exec: die with the dispatcher.
+
+    ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the worker when the
+    dispatcher dies, even by SIGKILL. If the parent is already gone by the
+    time this runs (a race the man page warns about), exit at once.
+    """
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+    # The dispatcher ignores nothing, but be explicit: a worker starts with
+    # default dispositions and an empty signal mask whatever we did.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def describe_exit(returncode: int) -> str:
+    """``worker exited with code 3`` / ``worker killed by signal SIGSEGV``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return f"worker killed by signal {name}"
+    return f"worker exited with code {returncode}"
+
+
+class Worker:
+    """One running worker child of a stage."""
+
+    def __init__(
+        self,
+        stage: str,
+        program: str,
+        config_file: str | None,
+        env: Mapping[str, str],
+        generation: int,
+    ) -> None:
+        """Start the child. Raises OSError (e.g. FileNotFoundError) if it cannot start."""
+        argv = shlex.split(program)
+        if not argv:
+            raise FileNotFoundError(errno.ENOENT, "empty PROGRAM", program)
+        if config_file:
+            argv += ["-c", config_file]
+        argv.append("worker")
+        parent = os.getpid()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            close_fds=True,
+            start_new_session=True,
+            preexec_fn=lambda: _child_setup(parent),
+            bufsize=0,
+        )
+        self.pid: int = self.proc.pid
+        self.stage = stage
+        self.generation = generation
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        self.stdin_fd: int | None = self.proc.stdin.fileno()
+        self.stdout_fd: int | None = self.proc.stdout.fileno()
+        self.stderr_fd: int | None = self.proc.stderr.fileno()
+        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
+            os.set_blocking(fd, False)
+        #: ids written (or queued to write) and not answered, in order.
+        self.inflight: deque[int] = deque()
+        #: bytes not yet accepted by the stdin pipe (normally empty).
+        self.outbuf = b""
+        #: monotonic time the head-of-line id reached the head.
+        self.head_since = 0.0
+        #: ids handed to this worker in its life (for MAX_MESSAGES).
+        self.sent = 0
+        #: answers received in its life (a crash before any answer → cooldown).
+        self.answered = 0
+        #: no new ids; stop once drained (MAX_MESSAGES reached or reload).
+        self.retiring = False
+        #: stdin closed / SIGTERM sent / SIGKILL sent -- we asked it to go.
+        self.stopping = False
+        self.killed = False
+        self.stop_deadline = 0.0
+        #: stdout reached EOF (the child is exiting or closed it).
+        self.eof = False
+        self.eof_at = 0.0
+        #: monotonic time it last had nothing in flight (idle reap).
+        self.idle_since = time.monotonic()
+        self._out_partial = b""
+        self._err_partial = b""
+        self._err_skipping = False
+
+    # -- ids ------------------------------------------------------------------
+    def give(self, ids: list[int], now: float) -> None:
+        """Append ``ids`` to the pipeline: one write of ``"id\\n"`` lines."""
+        if not self.inflight:
+            self.head_since = now
+        self.inflight.extend(ids)
+        self.sent += len(ids)
+        data = ("\n".join(map(str, ids)) + "\n").encode()
+        if self.outbuf:
+            self.outbuf += data
+        else:
+            self.outbuf = data
+            self.flush_stdin()
+
+    def flush_stdin(self) -> bool:
+        """Write what is buffered; True when the buffer is empty afterwards.
+
+        A worker that has died shows up as EPIPE here; that is left to the
+        stdout EOF / exit path, which knows what to do with its ids.
+        """
+        if self.stdin_fd is None:
+            self.outbuf = b""
+            return True
+        while self.outbuf:
+            try:
+                n = os.write(self.stdin_fd, self.outbuf)
+            except BlockingIOError:
+                return False
+            except (BrokenPipeError, OSError):
+                self.outbuf = b""
+                return True
+            self.outbuf = self.outbuf[n:]
+        return True
+
+    # -- reading ----------------------------------------------------------------
+    def read_answers(self) -> list[bytes] | None:
+        """Complete answer lines available on stdout; None at EOF."""
+        assert self.stdout_fd is not None
+        chunks = []
+        while True:
+            try:
+                data = os.read(self.stdout_fd, READ_CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                if chunks:
+                    break  # report the lines first; EOF shows up on the next read
+                return None
+            chunks.append(data)
+            if len(data) < READ_CHUNK:
+                break
+        buf = self._out_partial + b"".join(chunks)
+        lines = buf.split(b"\n")
+        self._out_partial = lines.pop()
+        if len(self._out_partial) > 65536:
+            # A "line" that never ends is garbage; keep its head for the error text.
+            lines.append(self._out_partial[:8192])
+            self._out_partial = b""
+        return lines
+
+    def read_stderr(self) -> list[str] | None:
+        """Complete stderr lines (cut to 8 KiB); None at EOF.
+
+        Reads at most a few chunks per call so a flood of megabytes cannot
+        starve the rest of the loop; the fd stays readable and is served again
+        on the next iteration. The pipe is drained continuously, so the
+        worker never blocks on a full stderr pipe.
+        """
+        assert self.stderr_fd is not None
+        out: list[str] = []
+        for _ in range(16):
+            try:
+                data = os.read(self.stderr_fd, READ_CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                if self._err_partial and not self._err_skipping:
+                    out.append(self._err_partial.decode("utf-8", "replace"))
+                self._err_partial = b""
+                return out or None
+            buf = self._err_partial + data
+            lines = buf.split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                if self._err_skipping:
+                    self._err_skipping = False  # tail of a cut line
+                    continue
+                out.append(line[:MAX_STDERR_LINE].decode("utf-8", "replace"))
+            if len(partial) > MAX_STDERR_LINE:
+                if not self._err_skipping:
+                    out.append(partial[:MAX_STDERR_LINE].decode("utf-8", "replace") + " [cut]")
+                self._err_skipping = True
+                partial = b""
+            self._err_partial = partial
+            if len(data) < READ_CHUNK:
+                break
+        return out
+
+    # -- stopping ---------------------------------------------------------------
+    def close_stdin(self) -> None:
+        """EOF on stdin: the worker finishes what it has and exits 0."""
+        if self.stdin_fd is not None:
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+            self.stdin_fd = None
+            self.outbuf = b""
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the worker (ignored if it is already reaped)."""
+        if self.proc.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL the worker and everything in its session (it leads its own group)."""
+        self.killed = True
+        if self.proc.returncode is None:
+            # While the leader is unreaped its group id cannot be reused, so
+            # killing the group is safe here and also ends grandchildren that
+            # could otherwise keep working on our rows.
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.signal(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        """Exit status if the child has exited (reaped without blocking), else None."""
+        return self.proc.poll()
+
+    def wait_dead(self) -> int:
+        """SIGKILL and reap, blocking (a SIGKILLed child goes away in milliseconds)."""
+        if self.proc.returncode is None:
+            self.kill()
+            self.proc.wait()
+        return self.proc.returncode
+
+    def close_fds(self) -> None:
+        """Close every pipe end still open."""
+        self.close_stdin()
+        for f in (self.proc.stdout, self.proc.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        self.stdout_fd = self.stderr_fd = None
+
+    def fds(self) -> Iterable[int]:
+        """Open read fds (stdout, stderr)."""
+        return [fd for fd in (self.stdout_fd, self.stderr_fd) if fd is not None]
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.stage} pid {self.pid} inflight {len(self.inflight)}>"

@@ -1,0 +1,113 @@
+"""In-memory statistics deltas, flushed through ``pepsi.flush_stats``.
+
+The dispatcher is the only writer of ``pepsi.stage_stats`` and
+``pepsi.dispatch_stats``. Counting happens here, in memory, on the hot path
+(a few integer additions per answer); the database sees one
+``pepsi.flush_stats`` call per flush carrying every delta at once. A flush
+that fails keeps its deltas, so they go out with the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class StageCounters:
+    """Deltas of one stage since the last successful flush."""
+
+    processed: int = 0
+    failed: int = 0
+    timeouts: int = 0
+    crashes: int = 0
+    seconds: float = 0.0
+
+    def empty(self) -> bool:
+        """True when there is nothing to write for this stage."""
+        return not (self.processed or self.failed or self.timeouts or self.crashes or self.seconds)
+
+
+@dataclass(slots=True)
+class Stats:
+    """All deltas since the last successful flush, plus running totals for logs."""
+
+    stages: dict[str, StageCounters] = field(default_factory=dict)
+    stage_runs: int = 0
+    messages: int = 0
+    requeued: int = 0
+    expired: int = 0
+    #: Totals since start (never reset), for the shutdown summary line.
+    total_messages: int = 0
+    total_stage_runs: int = 0
+
+    def stage(self, name: str) -> StageCounters:
+        """Counters of stage ``name`` (created on first use)."""
+        counters = self.stages.get(name)
+        if counters is None:
+            counters = self.stages[name] = StageCounters()
+        return counters
+
+    def handed_out(self, n: int) -> None:
+        """``n`` ids were written to workers."""
+        self.messages += n
+        self.total_messages += n
+
+    def succeeded(self, stage: str, seconds: float, fused: tuple[str, ...] = ()) -> None:
+        """A ``0`` answer: one stage run, plus one per fused successor stage."""
+        counters = self.stage(stage)
+        counters.processed += 1
+        counters.seconds += seconds
+        for name in fused:
+            self.stage(name).processed += 1
+        runs = 1 + len(fused)
+        self.stage_runs += runs
+        self.total_stage_runs += runs
+
+    def failed(self, stage: str, seconds: float) -> None:
+        """A non-zero answer or a protocol error: the stage ran and the message failed."""
+        counters = self.stage(stage)
+        counters.failed += 1
+        counters.seconds += seconds
+        self.stage_runs += 1
+        self.total_stage_runs += 1
+
+    def timed_out(self, stage: str, seconds: float) -> None:
+        """The MAX_RUNTIME watchdog killed a worker over its head-of-line message."""
+        counters = self.stage(stage)
+        counters.timeouts += 1
+        counters.seconds += seconds
+
+    def crashed(self, stage: str, seconds: float) -> None:
+        """A worker died with a message at the head of its pipeline."""
+        counters = self.stage(stage)
+        counters.crashes += 1
+        counters.seconds += seconds
+
+    def pending(self) -> bool:
+        """True when a flush would write something."""
+        if self.stage_runs or self.messages or self.requeued or self.expired:
+            return True
+        return any(not c.empty() for c in self.stages.values())
+
+    def flush_args(self) -> dict[str, Any]:
+        """Arguments of ``pepsi.flush_stats`` for the current deltas."""
+        names = [n for n, c in self.stages.items() if not c.empty()]
+        cs = [self.stages[n] for n in names]
+        return {
+            "stages": names,
+            "processed": [c.processed for c in cs],
+            "failed": [c.failed for c in cs],
+            "timeouts": [c.timeouts for c in cs],
+            "crashes": [c.crashes for c in cs],
+            "seconds": [c.seconds for c in cs],
+            "stage_runs": self.stage_runs,
+            "messages": self.messages,
+            "requeued": self.requeued,
+            "expired": self.expired,
+        }
+
+    def clear(self) -> None:
+        """Forget the deltas (after a successful flush of :meth:`flush_args`)."""
+        self.stages.clear()
+        self.stage_runs = self.messages = self.requeued = self.expired = 0
