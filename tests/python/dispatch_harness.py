@@ -145,14 +145,20 @@ class WorkerLog:
         return [r for r in self.runs if r.wq_id == wq_id]
 
     def overlaps(self, open_until: Callable[[Run], int] | None = None) -> list[tuple[Run, Run]]:
-        """Pairs of runs of one id in two workers at overlapping times.
+        """Pairs of runs of one id at one stage in two workers at overlapping times.
 
         An unfinished run (worker killed or crashed) lasts until open_until(run), by default
-        forever: it must then be the last run of its id.
+        forever: it must then be the last run of its id at that stage.
+
+        Runs at different stages are not compared: a worker logs END only after its
+        transition committed, and from that commit on the row may rightly be claimed and
+        started at the next stage, so such a pair can overlap by the width of that gap.
+        A real double hand-out (an id re-dispatched while a worker still works on it)
+        shows up as two runs at the same stage.
         """
-        by_id: dict[int, list[Run]] = defaultdict(list)
+        by_id: dict[tuple[int, str], list[Run]] = defaultdict(list)
         for r in self.runs:
-            by_id[r.wq_id].append(r)
+            by_id[(r.wq_id, r.stage)].append(r)
         bad = []
         for runs in by_id.values():
             runs.sort(key=lambda r: r.start)

@@ -42,11 +42,12 @@ def own_cluster() -> Iterator[tuple[Path, str]]:
 
 
 def pg_restart(base: Path) -> None:
-    data = embedded.cluster_home(base) / "data"
+    home = embedded.cluster_home(base)
     cmd = [
         *embedded._as_server_user(),
         str(embedded.find_bindir() / "pg_ctl"),
-        "-D", str(data), "-m", "fast", "-w", "-t", "60", "restart",
+        "-D", str(home / "data"), "-l", str(home / "postgres.log"),
+        "-m", "fast", "-w", "-t", "60", "restart",
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

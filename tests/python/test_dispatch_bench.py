@@ -1,0 +1,68 @@
+"""Throughput and latency of the real dispatcher with real (Python + psycopg) workers.
+
+Run alone, with the numbers printed:
+    .venv/bin/pytest -s tests/python/test_dispatch_bench.py
+PEPSI_BENCH_MESSAGES (default 20000) sets the size of the throughput run.
+The no-op stage program is tests/python/workers/scripted_worker.py: per message one
+SELECT of the row and one pepsi.advance/finish (two round trips), answered "0".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+from dispatch_harness import Harness, harness_fixture, read_worker_log, wait_until  # noqa: F401
+
+
+def test_throughput_three_stage_noop(h: Harness) -> None:
+    n = int(os.environ.get("PEPSI_BENCH_MESSAGES", "20000"))
+    stages = h.pipeline(["a", "b", "c"])  # PARALLELISM 4, QUEUE_LIMIT 4 (defaults)
+    for opts in stages.values():
+        opts["PROGRAM"] = opts["PROGRAM"].replace(str(h.worker_log), str(h.tmp / "bench.log"))
+    d = h.start(h.conf(stages, STATS_INTERVAL="1 s"))
+    t0 = time.monotonic()
+    h.enqueue("a", n)
+    h.wait_all("done", timeout=600)
+    elapsed = time.monotonic() - t0
+    assert h.counts() == {"done": n}
+    ds = wait_until(lambda: h.dispatch_stats()["stage_runs"] == 3 * n and h.dispatch_stats(), 10)
+    assert ds["messages"] == 3 * n
+    result = {
+        "messages": n,
+        "stages": 3,
+        "seconds": round(elapsed, 2),
+        "messages_per_s": round(n / elapsed, 1),
+        "stage_runs_per_s": round(3 * n / elapsed, 1),
+    }
+    print("THROUGHPUT", json.dumps(result))
+    (h.tmp / "throughput.json").write_text(json.dumps(result))
+    assert d.terminate() == 0
+
+
+def test_idle_enqueue_to_worker_latency(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"]), WORKER_IDLE_TIMEOUT="60 s"))
+    h.enqueue("a", 1)  # warm one worker up
+    h.wait_all("done", timeout=30)
+    samples = []
+    for _ in range(200):
+        before = time.monotonic_ns()
+        (i,) = h.enqueue("a", 1)
+        wait_until(lambda i=i: h.row(i)["status"] == "done", 10, 0.001)
+        (run,) = read_worker_log(h.worker_log).runs_of(i)
+        samples.append((run.start - before) / 1e6)
+        time.sleep(0.01)
+    samples.sort()
+    p50 = statistics.median(samples)
+    p99 = samples[int(len(samples) * 0.99) - 1]
+    result = {
+        "samples": len(samples),
+        "p50_ms": round(p50, 2),
+        "p99_ms": round(p99, 2),
+        "max_ms": round(samples[-1], 2),
+    }
+    print("LATENCY", json.dumps(result))
+    assert p50 < 100, result
+    assert d.terminate() == 0
