@@ -95,6 +95,9 @@ class Dispatcher:
         self.reconnect_at = INF
         self.reconnect_delay = RECONNECT_FIRST
         self.reload_pending = False
+        #: a reload only if the stage table differs (after a reconnect).
+        self.reload_if_changed = False
+        self._listen_fd = -1
         self.sigchld = False
         self.shutting_down = False
         self.shutdown_deadline = INF
@@ -138,7 +141,7 @@ class Dispatcher:
         if n:
             log.info("reset %d orphaned running row(s) to pending", n)
         self.db_ok = True
-        self.sel.register(self.db.listen_fileno(), selectors.EVENT_READ, ("listen", None))
+        self._watch_listen()
         self._build_pools(self.config)
         stages = ", ".join(
             f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
@@ -163,6 +166,10 @@ class Dispatcher:
                 self.pools[name].cooldown_delay = pool.cooldown_delay
             elif pool.workers:
                 self.leftover.append(pool)
+
+    def _watch_listen(self) -> None:
+        self._listen_fd = self.db.listen_fileno()
+        self.sel.register(self._listen_fd, selectors.EVENT_READ, ("listen", None))
 
     def _install_signals(self) -> None:
         self._sig_r, self._sig_w = os.pipe()
@@ -227,7 +234,8 @@ class Dispatcher:
                 self._timers(now)
                 if self.reload_pending and not self.shutting_down and self.db_ok:
                     self.reload_pending = False
-                    self._reload(now)
+                    self._reload(now, self.reload_if_changed)
+                    self.reload_if_changed = False
                 if self.db_ok:
                     self._db_iteration(now)
                 if self.shutting_down and not self._all_workers():
@@ -774,10 +782,10 @@ class Dispatcher:
             )
             self.reconnect_delay = RECONNECT_FIRST
         self.db_ok = False
-        try:
-            self.sel.unregister(self.db.listen_fileno())
-        except Exception:  # noqa: BLE001 - the socket may already be gone
-            pass
+        if self._listen_fd >= 0:
+            # By the number registered: a broken connection no longer knows its socket.
+            self._unwatch(self._listen_fd)
+            self._listen_fd = -1
         self.db.close()
         self.reconnect_at = now + self.reconnect_delay
         self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
@@ -814,12 +822,15 @@ class Dispatcher:
             self._abort_fatal()
             return
         self.db_ok = True
-        self.sel.register(self.db.listen_fileno(), selectors.EVENT_READ, ("listen", None))
+        self._watch_listen()
         log.info("database connection re-established; LISTEN renewed, full claim pass")
         self.reconnect_delay = RECONNECT_FIRST
         self.claim_needed = True
         self.requeue_at = now
-        self.reload_pending = True  # config_changed may have been missed too
+        # A config_changed may have been missed while disconnected: reload, but
+        # retire workers only if the stage table really changed.
+        self.reload_pending = True
+        self.reload_if_changed = True
 
     def _abort_fatal(self) -> None:
         """Another dispatcher owns the database: kill our workers (no writes) and stop."""
@@ -831,7 +842,7 @@ class Dispatcher:
         raise FatalError(self.fatal or "fatal error")
 
     # == reload ==================================================================
-    def _reload(self, now: float) -> None:
+    def _reload(self, now: float, only_if_changed: bool = False) -> None:
         path = str(self.config.path) if self.config.path else None
         try:
             new = apply_overlay(load_config(path), self.db.overlay())
@@ -842,7 +853,10 @@ class Dispatcher:
             return
         except psycopg.Error as exc:
             self.reload_pending = True
+            self.reload_if_changed = only_if_changed
             self._db_lost(now, exc)
+            return
+        if only_if_changed and new.stages == self.config.stages:
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, path=self.config.path, dsn=self.config.dsn, dispatch=self.dc)

@@ -1,0 +1,341 @@
+"""Smoke tests of the dispatcher loop (pepsi_dispatch.loop/pool/process/db/stats/protocol).
+
+Unit tests of the answer parser and the stats deltas, then a real
+``pepsi-dispatch serve`` process against the fixture database with the small
+worker in ``basic_workers/basic_worker.py``. The adversarial suite lives in
+``test_dispatch_*.py``; these are the dispatcher author's own checks of the
+paths that suite does not single out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pepsi_dispatch.protocol import FAILED, OK, PROTOCOL_ERROR, parse_answer
+from pepsi_dispatch.stats import Stats
+
+ROOT = Path(__file__).resolve().parents[2]
+DISPATCH = ROOT / ".venv" / "bin" / "pepsi-dispatch"
+WORKER = Path(__file__).resolve().parent / "basic_workers" / "basic_worker.py"
+
+
+# ---------------------------------------------------------------- unit tests
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "fused"),
+    [
+        (b"0", OK, ()),
+        (b"0\r", OK, ()),
+        (b"0 fused=b,c", OK, ("b", "c")),
+        (b"0 fused=b", OK, ("b",)),
+        (b"3 disk full", FAILED, ()),
+        (b"-1", FAILED, ()),
+        (b"", PROTOCOL_ERROR, ()),
+        (b"ok", PROTOCOL_ERROR, ()),
+        (b"0 done", PROTOCOL_ERROR, ()),
+        (b"0 fused=", PROTOCOL_ERROR, ()),
+        (b"0 fused=b c", PROTOCOL_ERROR, ()),
+        (b"0 fused=b,,c", PROTOCOL_ERROR, ()),
+        (b"\xff\xfe", PROTOCOL_ERROR, ()),
+    ],
+)
+def test_parse_answer(line: bytes, kind: str, fused: tuple[str, ...]) -> None:
+    answer = parse_answer(line)
+    assert answer.kind == kind
+    assert answer.fused == fused
+
+
+def test_failed_answer_keeps_the_line_as_reason() -> None:
+    assert parse_answer(b"7 upstream said no").text == "7 upstream said no"
+
+
+def test_stats_deltas_and_clear() -> None:
+    s = Stats()
+    assert not s.pending()
+    s.handed_out(3)
+    s.succeeded("a", 0.5, ("b", "c"))
+    s.failed("a", 0.25)
+    s.crashed("b", 1.0)
+    s.timed_out("c", 2.0)
+    args = s.flush_args()
+    by = dict(zip(args["stages"], range(len(args["stages"])), strict=True))
+    assert args["processed"][by["a"]] == 1 and args["processed"][by["b"]] == 1
+    assert args["failed"][by["a"]] == 1
+    assert args["crashes"][by["b"]] == 1 and args["timeouts"][by["c"]] == 1
+    assert args["seconds"][by["a"]] == pytest.approx(0.75)
+    assert args["stage_runs"] == 4 and args["messages"] == 3
+    s.clear()
+    assert not s.pending()
+    assert s.total_messages == 3 and s.total_stage_runs == 4
+
+
+# ---------------------------------------------------------------- dispatcher process
+
+
+class Served:
+    """One ``pepsi-dispatch serve`` process with its log file."""
+
+    def __init__(self, dsn: str, conf: Path, log: Path) -> None:
+        self.log = log
+        env = {**os.environ, "PEPSI_DSN": dsn}
+        env.pop("PEPSI_CONFIG", None)
+        self.proc = subprocess.Popen(
+            [str(DISPATCH), "-c", str(conf), "-L", "DEBUG", "serve"],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def write_conf(
+    path: Path, stages: dict[str, dict[str, str]], dispatch: dict[str, str] | None = None
+) -> Path:
+    opts = {
+        "SERVICE_USER": "root",
+        "POLL_INTERVAL": "60 s",
+        "STATS_INTERVAL": "60 s",
+        "WORKER_IDLE_TIMEOUT": "2 s",
+        "SHUTDOWN_TIMEOUT": "5 s",
+        "RETENTION": "0",
+        **(dispatch or {}),
+    }
+    lines = ["[pepsi-dispatch]", *(f"{k} = {v}" for k, v in opts.items()), ""]
+    for name, options in stages.items():
+        lines.append(f"[stage-{name}]")
+        lines += [f"{k} = {v}" for k, v in options.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def program(*args: str) -> str:
+    return " ".join([sys.executable, str(WORKER), *args])
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT status, count(*) FROM pepsi.workqueue GROUP BY status").fetchall()
+    return {s: n for s, n in rows}
+
+
+def enqueue(conn: psycopg.Connection, stage: str, n: int) -> list[int]:
+    rows = conn.execute(
+        "SELECT pepsi.enqueue_many(%s, array_fill('{}'::jsonb, array[%s]))", (stage, n)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def served(dsn: str, tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    started: list[Served] = []
+
+    def start(conf: Path) -> Served:
+        s = Served(dsn, conf, tmp_path / f"dispatch{len(started)}.log")
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+def test_two_stage_pipeline_stats_and_clean_stop(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    envfile = tmp_path / "env.jsonl"
+    prog = program("--next", "a=b", "--env-file", str(envfile))
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {
+            "a": {"PROGRAM": prog, "NEXT": "b", "PARALLELISM": "2", "QUEUE_LIMIT": "8"},
+            "b": {"PROGRAM": prog, "PARALLELISM": "2", "QUEUE_LIMIT": "8"},
+        },
+        {"CONFIG_FILE": str(tmp_path / "pepsi.conf")},
+    )
+    d = served(conf)
+    enqueue(conn, "a", 200)
+    wait_for(lambda: counts(conn) == {"done": 200}, what="200 rows done")
+    # Stats are flushed when the pipeline goes idle (at most once a second).
+    wait_for(
+        lambda: (
+            conn.execute("SELECT coalesce(sum(processed), 0) FROM pepsi.stage_stats").fetchone()[0]
+            == 400
+        ),
+        what="stage_stats processed = 400",
+    )
+    runs, messages = conn.execute(
+        "SELECT stage_runs, messages FROM pepsi.dispatch_stats"
+    ).fetchone()
+    assert (runs, messages) == (400, 400)
+    # Workers got the contract's argv and environment.
+    starts = [json.loads(line) for line in envfile.read_text().splitlines()]
+    assert starts
+    for s in starts:
+        assert s["argv"][-3:] == ["-c", str(conf), "worker"]
+        assert s["env"]["PEPSI_STAGE"] in ("a", "b")
+        assert s["env"]["PEPSI_DISPATCHER_ID"].isdigit()
+        assert s["env"]["PEPSI_DSN"]
+    assert d.stop() == 0
+    text = d.text()
+    assert "pepsi-dispatch started" in text and "pepsi-dispatch stopped" in text
+    assert conn.execute("SELECT count(*) FROM pepsi.dispatchers").fetchone()[0] == 0
+
+
+def test_late_answer_never_fails_the_rows_next_run(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """Stage a advances, then answers late; b has the row by then. Nothing may fail.
+
+    Regression: check_answered for a's ``0`` used to fail the row that was
+    meanwhile running at b ("answered 0 but left the row running").
+    """
+    prog = program("--next", "a=b", "--sleep-before-answer", "a=0.3", "--sleep", "b=0.5")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {
+            "a": {"PROGRAM": prog, "NEXT": "b", "PARALLELISM": "2", "QUEUE_LIMIT": "2"},
+            "b": {"PROGRAM": prog, "PARALLELISM": "4", "QUEUE_LIMIT": "1"},
+        },
+    )
+    d = served(conf)
+    enqueue(conn, "a", 12)
+    wait_for(lambda: counts(conn) == {"done": 12}, timeout=60, what="12 rows done")
+    assert "left it running" not in d.text()
+    assert d.stop() == 0
+
+
+def test_fused_answers_count_for_the_fused_stages(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    prog = program("--fuse", "a=b,c")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {
+            "a": {"PROGRAM": prog, "NEXT": "b"},
+            "b": {"PROGRAM": prog, "NEXT": "c"},
+            "c": {"PROGRAM": prog},
+        },
+    )
+    d = served(conf)
+    enqueue(conn, "a", 10)
+    wait_for(lambda: counts(conn) == {"done": 10}, what="10 rows done")
+    assert d.stop() == 0
+    got = dict(conn.execute("SELECT stage, processed FROM pepsi.stage_stats").fetchall())
+    assert got == {"a": 10, "b": 10, "c": 10}
+    assert conn.execute("SELECT stage_runs, messages FROM pepsi.dispatch_stats").fetchone() == (
+        30,
+        10,
+    )
+
+
+def test_workers_die_with_a_killed_dispatcher(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    prog = program("--sleep", "a=30")
+    conf = write_conf(
+        tmp_path / "pepsi.conf", {"a": {"PROGRAM": prog, "PARALLELISM": "3", "QUEUE_LIMIT": "1"}}
+    )
+    d = served(conf)
+    enqueue(conn, "a", 3)
+    kids = wait_for(lambda: len(children(d.proc.pid)) == 3 and children(d.proc.pid), what="3")
+    d.proc.kill()
+    d.proc.wait()
+    wait_for(lambda: not any(alive(p) for p in kids), timeout=5, what="workers gone")
+
+
+def test_lost_connections_are_reestablished(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """pg_terminate_backend on both dispatcher connections mid-run loses nothing."""
+    prog = program("--next", "a=b", "--sleep", "a=0.01")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {
+            "a": {"PROGRAM": prog, "NEXT": "b", "PARALLELISM": "2"},
+            "b": {"PROGRAM": prog, "PARALLELISM": "2"},
+        },
+    )
+    d = served(conf)
+    enqueue(conn, "a", 300)
+    wait_for(lambda: counts(conn).get("done", 0) > 20, what="some rows done")
+    for _ in range(3):
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'pepsi-dispatch%%' AND pid <> pg_backend_pid()"
+        )
+        time.sleep(0.5)
+    wait_for(lambda: counts(conn) == {"done": 300}, timeout=60, what="300 rows done")
+    text = d.text()
+    assert "re-established" in text
+    assert d.stop() == 0
+    assert counts(conn) == {"done": 300}
+
+
+def test_sigterm_releases_rows_in_flight(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    prog = program("--sleep", "a=0.5")
+    conf = write_conf(
+        tmp_path / "pepsi.conf", {"a": {"PROGRAM": prog, "PARALLELISM": "2", "QUEUE_LIMIT": "4"}}
+    )
+    d = served(conf)
+    enqueue(conn, "a", 40)
+    wait_for(lambda: counts(conn).get("running", 0) == 8, what="8 rows running")
+    assert d.stop() == 0
+    c = counts(conn)
+    assert "running" not in c and c.get("failed", 0) == 0
+    assert c.get("pending", 0) + c.get("done", 0) == 40
