@@ -76,6 +76,38 @@ __all__ = [
 #: Longest reason put on an answer line (the dispatcher cuts lines at 8 KiB).
 MAX_REASON = 2000
 
+# The statements of the SQL API the SDK sends, and (for group commit) the same
+# call over arrays: many messages' transitions in one statement.
+_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "advance": ("pepsi.advance({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+    "finish": ("pepsi.finish({0}, {1}, {2})", ("bigint", "text", "bigint")),
+    "pause_at": (
+        "pepsi.pause({0}, {1}, {2}, {3}, {4})",
+        ("bigint", "text", "timestamptz", "text", "bigint"),
+    ),
+    "pause_in": (
+        "pepsi.pause({0}, {1}, clock_timestamp() + {2} * interval '1 second', {3}, {4})",
+        ("bigint", "text", "float8", "text", "bigint"),
+    ),
+    "fail": ("pepsi.fail({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+    "set_state": ("pepsi.set_state({0}, {1}, {2}, {3})", ("bigint", "text", "jsonb", "bigint")),
+    "hop": ("pepsi.hop({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+}
+_SINGLE = {
+    kind: "SELECT " + call.format(*(f"%s::{t}" for t in types))
+    for kind, (call, types) in _CALLS.items()
+}
+_MANY = {
+    kind: "SELECT "
+    + call.format(*(f"u.a{i}" for i in range(len(types))))
+    + " FROM unnest("
+    + ", ".join(f"%s::{t}[]" for t in types)
+    + ") WITH ORDINALITY AS u("
+    + ", ".join(f"a{i}" for i in range(len(types)))
+    + ", n) ORDER BY u.n"
+    for kind, (call, types) in _CALLS.items()
+}
+
 
 # --------------------------------------------------------------------------- transitions
 
@@ -308,7 +340,7 @@ class _Worker:
         self.reader = _Reader(input_fd, self._waiting)
         self.stop = False
         self._idle = False
-        # group commit: statements deferred to the batch pipeline (sql, params, slot, lost)
+        # group commit: statements deferred to the batch pipeline (kind, params, slot, lost)
         self._deferred: list[tuple[str, tuple, int, str]] = []
         self._lost_slots: dict[int, str] = {}
         self._slot = 0
@@ -410,13 +442,30 @@ class _Worker:
         deferred, self._deferred = self._deferred, []
         if not deferred:
             return
+        # Statements of different messages are independent; within a message their
+        # order matters (set_state, hop, then the transition). So group them by
+        # (position within the message, kind): one statement over arrays per group.
+        groups: dict[tuple[int, str], list[tuple[tuple, int, str]]] = {}
+        position: dict[int, int] = {}
+        for kind, params, slot, lost in deferred:
+            level = position.get(slot, 0)
+            position[slot] = level + 1
+            groups.setdefault((level, kind), []).append((params, slot, lost))
         try:
             with self.conn.pipeline():
-                cursors = [self.conn.execute(sql, params) for sql, params, _, _ in deferred]
-            for cur, (_, _, slot, lost) in zip(cursors, deferred, strict=True):
-                row = cur.fetchone()
-                if not (row and row[0]):
-                    self._lost_slots.setdefault(slot, lost)
+                cursors = []
+                for (_, kind), items in sorted(groups.items()):
+                    if len(items) == 1:
+                        cur = self.conn.execute(_SINGLE[kind], items[0][0])
+                    else:
+                        columns = tuple(list(c) for c in zip(*(i[0] for i in items), strict=True))
+                        cur = self.conn.execute(_MANY[kind], columns)
+                    cursors.append((cur, items))
+            for cur, items in cursors:
+                rows = cur.fetchall()
+                for (_, slot, lost), row in zip(items, rows, strict=True):
+                    if not (row and row[0]):
+                        self._lost_slots.setdefault(slot, lost)
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -470,7 +519,7 @@ class _Worker:
             return _Outcome(f"1 {reason}", False)
 
     def _call(
-        self, sql: str, params: tuple, scope: _Scope, group: bool, alone: bool, lost: str
+        self, kind: str, params: tuple, scope: _Scope, group: bool, alone: bool, lost: str
     ) -> None:
         """Execute one transition statement; raise _RowLost(lost) when it changed nothing.
 
@@ -480,17 +529,17 @@ class _Worker:
         """
         if group:
             if scope.depth == 0:
-                self._deferred.append((sql, params, self._slot, lost))
+                self._deferred.append((kind, params, self._slot, lost))
                 return
         elif not alone:
             scope.enter()
-        row = self.conn.execute(sql, params).fetchone()
+        row = self.conn.execute(_SINGLE[kind], params).fetchone()
         if not (row and row[0]):
             raise _RowLost(lost)
 
     def _execute_fail(self, scope: _Scope, mid: int, stage: str, reason: str, group: bool) -> None:
         self._call(
-            "SELECT pepsi.fail(%s, %s, %s, %s)",
+            "fail",
             (mid, stage, reason, self.did),
             scope,
             group,
@@ -556,7 +605,7 @@ class _Worker:
             state = msg.state
             if patch:
                 self._call(
-                    "SELECT pepsi.set_state(%s, %s, %s, %s)",
+                    "set_state",
                     (mid, stage, Jsonb(patch), self.did),
                     scope,
                     group,
@@ -570,7 +619,7 @@ class _Worker:
                 and transition.to in self.handlers
             ):
                 self._call(
-                    "SELECT pepsi.hop(%s, %s, %s, %s)",
+                    "hop",
                     (mid, stage, transition.to, self.did),
                     scope,
                     group,
@@ -582,9 +631,14 @@ class _Worker:
                 retries = 0
                 continue
 
-            sql, params, what = self._statement(mid, stage, transition, prefix)
+            kind, params, what = self._statement(mid, stage, transition, prefix)
             self._call(
-                sql, params, scope, group, alone=scope.depth == 0, lost=self._lost(mid, stage, what)
+                kind,
+                params,
+                scope,
+                group,
+                alone=scope.depth == 0,
+                lost=self._lost(mid, stage, what),
             )
             scope.commit()
             if isinstance(transition, Fail):
@@ -596,31 +650,19 @@ class _Worker:
     def _statement(
         self, mid: int, stage: str, transition: Transition, prefix: str
     ) -> tuple[str, tuple, str]:
-        """SQL, parameters and name of the final transition."""
+        """Kind, parameters and name of the final transition."""
         if isinstance(transition, Advance):
-            return (
-                "SELECT pepsi.advance(%s, %s, %s, %s)",
-                (mid, stage, transition.to, self.did),
-                "advance",
-            )
+            return "advance", (mid, stage, transition.to, self.did), "advance"
         if isinstance(transition, Finish):
-            return "SELECT pepsi.finish(%s, %s, %s)", (mid, stage, self.did), "finish"
+            return "finish", (mid, stage, self.did), "finish"
         if isinstance(transition, Pause):
             when = transition.when
             if isinstance(when, datetime):
-                return (
-                    "SELECT pepsi.pause(%s, %s, %s, %s, %s)",
-                    (mid, stage, when, transition.reason, self.did),
-                    "pause",
-                )
+                return "pause_at", (mid, stage, when, transition.reason, self.did), "pause"
             seconds = when.total_seconds() if isinstance(when, timedelta) else float(when)
-            return (
-                "SELECT pepsi.pause(%s, %s, clock_timestamp() + %s * interval '1 second', %s, %s)",
-                (mid, stage, seconds, transition.reason, self.did),
-                "pause",
-            )
+            return "pause_in", (mid, stage, seconds, transition.reason, self.did), "pause"
         reason = _one_line(prefix + transition.reason)
-        return "SELECT pepsi.fail(%s, %s, %s, %s)", (mid, stage, reason, self.did), "fail"
+        return "fail", (mid, stage, reason, self.did), "fail"
 
     def _normalise(self, stage: str, result: Any) -> Transition:
         allowed = None if self.successors is None else self.successors.get(stage)

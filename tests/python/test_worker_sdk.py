@@ -441,3 +441,65 @@ def test_group_commit_one_transaction_savepoint_per_message(dsn, conf, did, work
         (ids,),
     ).fetchone()[0]
     assert stamps == 1
+
+
+MIXED_PLANS = [
+    {"a": {"op": "finish"}},
+    {"a": {"op": "advance", "to": "b"}},
+    {"a": {"op": "advance", "to": "c", "state": {"k": 1}}},
+    {"a": {"op": "pause", "seconds": 30, "reason": "later"}},
+    {"a": {"op": "fail", "reason": "bad"}},
+    {"a": {"op": "raise", "message": "boom"}},
+    {"a": {"op": "advance", "to": "d"}},
+    {"a": {"op": "advance", "to": "b", "fuse": True}, "b": {"op": "pause", "seconds": 9}},
+    {
+        "a": {"op": "advance", "to": "b", "fuse": True},
+        "b": {"op": "advance", "to": "c", "fuse": True, "state": {"x": [1]}},
+        "c": {"op": "none"},
+    },
+    {"a": {"op": "advance", "to": "b", "fuse": True}, "b": {"op": "fail", "reason": "in b"}},
+    {"a": {"op": "finish", "insert": "db"}},
+    {"a": {"op": "advance", "to": "b"}},
+    {"a": {"op": "finish"}},
+]
+
+
+@pytest.mark.parametrize("fence", [True, False], ids=["fenced", "no-dispatcher-id"])
+def test_group_commit_matches_one_commit_per_message(dsn, conf, did, workers, conn, fence):
+    """The same mixed batch gives the same rows and answers with and without group commit."""
+    results = {}
+    for mode, extra in (("single", ()), ("group", ("--group-commit",))):
+        ids = enqueue_claimed(conn, did, *MIXED_PLANS)
+        w = start(workers, dsn, conf, did if fence else None, extra=extra)
+        w.send(*ids)
+        answers = [w.answer() for _ in ids]
+        assert w.close() == 0
+        rows = []
+        for i in ids:
+            r = row(conn, i)
+            rows.append((r["stage"], r["status"], r["retries"], r["state"]))
+        results[mode] = (answers, rows)
+    assert results["group"] == results["single"]
+    answers, rows = results["group"]
+    assert answers[7] == "0 fused=b" and rows[7][:2] == ("b", "paused")
+    assert answers[8] == "0 fused=b,c" and rows[8][:2] == ("d", "pending")
+    assert answers[9] == "1 [b] in b" and rows[9][:2] == ("b", "failed")
+    assert [s for _, s, _, _ in rows].count("failed") == 4
+
+
+def test_group_commit_row_lost_answered_per_message(dsn, conf, did, workers, conn):
+    mine = enqueue_claimed(conn, did, {"a": {"op": "finish"}}, {"a": {"op": "advance", "to": "b"}})
+    other = conn.execute("SELECT pepsi.register_dispatcher('other', 2, false)").fetchone()[0]
+    (theirs,) = enqueue_claimed(conn, other, {"a": {"op": "finish"}})
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(mine[0], theirs, mine[1])
+    assert w.answer() == "0"
+    lost = w.answer()
+    assert (
+        lost is not None and lost.startswith("1 ") and f"message {theirs} changed nothing" in lost
+    )
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert row(conn, theirs)["status"] == "running"
+    assert row(conn, mine[0])["status"] == "done"
+    assert row(conn, mine[1])["status"] == "pending"
