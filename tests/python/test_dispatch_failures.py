@@ -190,3 +190,34 @@ def test_expiry(h: Harness) -> None:
     assert row["status"] == "expired", row
     assert row["retries"] >= 1
     assert d.terminate() == 0
+
+
+def test_max_runtime_is_timed_from_the_head_of_line(h: Harness) -> None:
+    # three 0.7 s messages pipelined on one worker take 2.1 s together, but each one is
+    # at the head for only 0.7 s < MAX_RUNTIME 1.5 s: none times out
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=3), MAX_RUNTIME="1500 ms"))
+    ids = h.enqueue("a", [{"do": "sleep:0.7;next"} for _ in range(3)])
+    h.wait_all(timeout=30)
+    assert [h.row(i)["status"] for i in ids] == ["done"] * 3
+    log = h.wlog()
+    assert len({r.pid for r in log.runs}) == 1  # really pipelined on one worker
+    assert d.terminate() == 0
+
+
+def test_crash_loop_is_held_off(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=2, QUEUE_LIMIT=1)))
+    h.enqueue("a", [{"do": "exit:1"} for _ in range(30)])
+    t0 = time.monotonic()
+    wait_until(lambda: time.monotonic() - t0 > 4, 10)
+    spawns = len(h.wlog().spawns)
+    failed = h.counts().get("failed", 0)
+    assert d.running(), d.tail()
+    assert spawns <= 12, f"{spawns} workers started in 4 s by a stage that crashes in a loop"
+    assert failed >= 1
+    assert re.search(r"cool|hold", d.log(), re.I), d.tail()
+    # the stage is held off, not given up: rows are failed one crash at a time, the rest
+    # stay pending (never lost, never left running)
+    counts = h.counts()
+    assert set(counts) <= {"pending", "failed", "running"}, counts
+    assert d.terminate() == 0
+    assert set(h.counts()) <= {"pending", "failed"}, h.counts()

@@ -1,0 +1,114 @@
+"""The real dispatcher, operator-facing: how workers are started, retention of done
+rows, and the privilege drop to SERVICE_USER when started as root.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from dispatch_harness import (  # noqa: F401
+    SHELL,
+    Harness,
+    harness_fixture,
+    proc_cmdline,
+    proc_env,
+    wait_until,
+)
+
+
+def test_worker_invocation_env_and_config_file(h: Harness) -> None:
+    stages = h.pipeline(["a"], PARALLELISM=1)
+    plain = h.start(h.conf(stages, name="plain.conf"))
+    did = plain.dispatcher_id(h.conn)
+    h.enqueue("a", [{"do": "sleep:1;next"}])
+    workers = wait_until(lambda: plain.workers().get("a"), 20, message="a worker")
+    env = proc_env(workers[0])
+    assert env["PEPSI_STAGE"] == "a"
+    assert env["PEPSI_DSN"] == h.dsn
+    assert env["PEPSI_DISPATCHER_ID"] == str(did)
+    argv = proc_cmdline(workers[0])
+    assert argv[-1] == "worker" and "-c" not in argv, argv
+    h.wait_all("done", timeout=30)
+    assert plain.terminate() == 0
+
+    # with CONFIG_FILE set, the worker gets "-c CONFIG_FILE" before "worker"
+    extra = h.tmp / "stage-programs.conf"
+    extra.write_text("[docpipe]\nX = 1\n")
+    with_c = h.start(h.conf(stages, name="with-c.conf", CONFIG_FILE=str(extra)))
+    h.enqueue("a", [{"do": "sleep:1;next"}])
+    workers = wait_until(lambda: with_c.workers().get("a"), 20, message="a worker")
+    argv = proc_cmdline(workers[0])
+    assert argv[-3:] == ["-c", str(extra), "worker"], argv
+    h.wait_all("done", timeout=30)
+    assert with_c.terminate() == 0
+
+
+def test_retention_purges_old_done_rows(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"]), RETENTION="1 s", POLL_INTERVAL="1 s"))
+    done = h.enqueue("a", 20)
+    failed = h.enqueue("a", [{"do": "fail"}])
+    h.wait_all(timeout=30)
+    wait_until(
+        lambda: (
+            h.conn.execute(
+                "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)", (done,)
+            ).fetchone()[0]
+            == 0
+        ),
+        20,
+        message=lambda: f"done rows purged: {h.counts()}",
+    )
+    assert h.row(failed[0])["status"] == "failed"  # failed rows stay
+    assert d.terminate() == 0
+
+
+def test_retention_zero_keeps_done_rows(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"]), RETENTION="0", POLL_INTERVAL="1 s"))
+    h.enqueue("a", 5)
+    h.wait_all(timeout=30)
+    h.conn.execute("UPDATE pepsi.workqueue SET updated_at = now() - interval '30 days'")
+    time.sleep(3.5)  # three heartbeats later nothing is gone
+    assert h.counts() == {"done": 5}
+    assert d.terminate() == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the privilege drop needs root")
+def test_root_drops_to_service_user(h: Harness) -> None:
+    """Started as root with SERVICE_USER = postgres: dispatcher and workers run as postgres
+    (groups included). The shell worker (bash + psql) needs nothing readable only by root."""
+    pw = pwd.getpwnam("postgres")
+    # configuration readable by the service user (reload re-reads it after the drop)
+    home = Path(tempfile.mkdtemp(prefix="pepsi-priv-", dir="/tmp"))
+    try:
+        os.chmod(home, 0o755)
+        prog = f"/bin/bash {SHELL}"
+        conf = home / "pepsi.conf"
+        shutil.copy(h.conf({"a": {"PROGRAM": prog}}, SERVICE_USER="postgres"), conf)
+        os.chmod(conf, 0o644)
+        d = h.start(conf)
+        status = Path(f"/proc/{d.pid}/status").read_text()
+        uids = next(ln for ln in status.splitlines() if ln.startswith("Uid:")).split()[1:]
+        assert uids == [str(pw.pw_uid)] * 4, status
+        groups = next(ln for ln in status.splitlines() if ln.startswith("Groups:")).split()[1:]
+        assert sorted(int(g) for g in groups) == sorted(os.getgrouplist("postgres", pw.pw_gid))
+        h.enqueue("a", 5)
+        h.wait_all("done", timeout=30)
+        workers = wait_until(lambda: d.workers().get("a"), 5, message="an idle worker")
+        for pid in workers:
+            wstatus = Path(f"/proc/{pid}/status").read_text()
+            wuids = next(ln for ln in wstatus.splitlines() if ln.startswith("Uid:")).split()[1:]
+            assert wuids == [str(pw.pw_uid)] * 4, wstatus
+        # reload after the drop still finds and reads the file
+        h.set_config("stage-a", "PARALLELISM", "2")
+        h.enqueue("a", 3)
+        h.wait_all("done", timeout=30)
+        assert d.running(), d.tail()
+        assert d.terminate() == 0
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
