@@ -79,10 +79,12 @@ def serve(opts: _Options) -> int:
     config = load_config(opts.config)
     setup_logging(opts.level, opts.logfile)
     log.debug("configuration: %s", config.path or "built-in defaults")
-    drop_privileges(config.dispatch.service_user)
-    from pepsi_dispatch.loop import serve as loop_serve
+    # Import the whole serving code while still root: after the drop, the service
+    # user may not be able to read the interpreter's library (a Python under /root).
+    import pepsi_dispatch.loop as loop_module
 
-    rc = loop_serve(config)
+    drop_privileges(config.dispatch.service_user)
+    rc = loop_module.serve(config)
     return 0 if rc is None else int(rc)
 
 
