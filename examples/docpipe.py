@@ -132,4 +132,8 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["init"]:
         init()
     else:
-        run({"fetch": fetch, "normalise": normalise, "extract": extract, "store": store})
+        # group_commit: the ids already waiting are handled in one transaction, one commit.
+        run(
+            {"fetch": fetch, "normalise": normalise, "extract": extract, "store": store},
+            group_commit=os.environ.get("DOCPIPE_GROUP_COMMIT", "1") != "0",
+        )

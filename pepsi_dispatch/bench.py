@@ -110,8 +110,10 @@ def machine_facts(conn: psycopg.Connection) -> None:
         name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
         for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers")
     }
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     _say(
-        f"machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()},"
+        f"machine: load average {load}, {os.cpu_count()} CPUs ({cpu}),"
+        f" Python {platform.python_version()},"
         f" PostgreSQL {settings['server_version']}"
         f" (synchronous_commit={settings['synchronous_commit']}, fsync={settings['fsync']},"
         f" shared_buffers={settings['shared_buffers']})"
