@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 
-from .config import Config, ConfigError, apply_overlay, load_config
+from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import Database, IterationResult, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
@@ -843,9 +843,10 @@ class Dispatcher:
 
     # == reload ==================================================================
     def _reload(self, now: float, only_if_changed: bool = False) -> None:
-        path = str(self.config.path) if self.config.path else None
         try:
-            new = apply_overlay(load_config(path), self.db.overlay())
+            # The same file, not a new search (after the privilege drop HOME differs);
+            # the overlay goes on top of the file as at start-up.
+            new = apply_overlay(reread_config(self.config), self.db.overlay())
         except ConfigError as exc:
             log.error("reloaded configuration does not parse: %s; shutting down", exc)
             self.fatal = f"reloaded configuration does not parse: {exc}"
@@ -859,7 +860,7 @@ class Dispatcher:
         if only_if_changed and new.stages == self.config.stages:
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
-        self.config = replace(new, path=self.config.path, dsn=self.config.dsn, dispatch=self.dc)
+        self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)
         n = 0
         for w in self._all_workers():
             if not w.retiring:
