@@ -43,6 +43,9 @@ def test_sigterm_with_work_in_flight(h: Harness) -> None:
     assert counts.get("done", 0) < n  # it really was stopped mid-run
     for pid in workers:
         wait_until(lambda pid=pid: not pid_alive(pid), 5, message=f"worker {pid} gone")
+    # SIGTERM let every worker finish the message in hand: no run was cut off
+    cut = [r for r in h.wlog().runs if r.end is None]
+    assert not cut, f"messages cut off by the shutdown: {cut[:5]}"
     # stats were flushed at shutdown
     assert h.dispatch_stats()["messages"] > 0
     # a restart finishes the rest, and nothing ran twice at once
@@ -50,6 +53,24 @@ def test_sigterm_with_work_in_flight(h: Harness) -> None:
     h.wait_all("done", timeout=60)
     assert h.overlaps() == []
     assert d2.terminate() == 0
+
+
+def test_sigterm_kills_hung_worker_after_shutdown_timeout(h: Harness) -> None:
+    conf = h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=2), SHUTDOWN_TIMEOUT="1 s")
+    d = h.start(conf)
+    hung, queued = h.enqueue("a", [{"do": "hang"}, {}])
+    wait_until(lambda: h.wlog().runs_of(hung), 20, message="the hang started")
+    (pid,) = {r.pid for r in h.wlog().runs_of(hung)}
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.wait_exit(20) == 0, d.tail()
+    took = time.monotonic() - t0
+    assert took < 1 + 4, f"shutdown took {took:.1f} s with SHUTDOWN_TIMEOUT 1 s"
+    wait_until(lambda: not pid_alive(pid), 5, message="hung worker killed")
+    # the hung message was not failed: it goes back to pending like the queued one
+    assert h.row(hung)["status"] == "pending", h.row(hung)
+    assert h.row(queued)["status"] == "pending", h.row(queued)
+    assert running_rows(h) == 0
 
 
 def test_kill9_repeated_then_restart_finishes_everything(h: Harness) -> None:
@@ -151,6 +172,9 @@ def test_reload_under_load_fails_nothing(h: Harness) -> None:
     assert h.overlaps() == []
     assert d.running()
     assert "reload" in d.log().lower()
+    # stage b's workers were retired and replaced by ones running the new PROGRAM
+    new_b = [sp for sp in h.wlog().spawns.values() if sp[0] == "b" and "x=y" in sp]
+    assert new_b, "no stage-b worker started with the reloaded PROGRAM"
     assert d.terminate() == 0
 
 

@@ -91,6 +91,9 @@ def test_packing_idle_reap_and_recycle(h: Harness) -> None:
     # idle workers stop after WORKER_IDLE_TIMEOUT
     wait_until(lambda: not d.workers().get("a"), 15, message="idle workers reaped")
     assert d.running()
+    # reaped by closing their stdin (EOF: finish and exit 0)
+    first = next(iter(h.wlog().spawns))
+    assert h.wlog().exits.get(first) == "eof", h.wlog().exits
     # MAX_MESSAGES = 5: a worker is replaced after 5 messages
     more = h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(4)])
     h.wait_all("done", timeout=30)
