@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import selectors
 import signal
 import time
@@ -102,6 +103,8 @@ class Dispatcher:
         self.shutting_down = False
         self.shutdown_deadline = INF
         self.signals_seen = 0
+        #: hot-path pipelines sent (for the stop line: messages per round trip).
+        self.round_trips = 0
         self.fatal: str | None = None
         self._sig_r = self._sig_w = -1
         self._old_handlers: dict[int, Any] = {}
@@ -395,8 +398,12 @@ class Dispatcher:
         self.claim_needed = True
         if not inflight and not w.killed:
             w.idle_since = now
-            if w.retiring and not w.stopping:
-                self._stop_worker(w, now, "retired")
+            if not w.stopping:
+                if w.retiring:
+                    self._stop_worker(w, now, "retired by a reload")
+                elif pool is not None and w.sent >= pool.max_messages:
+                    # Recycled once drained; a replacement is spawned on demand.
+                    self._stop_worker(w, now, f"MAX_MESSAGES ({pool.max_messages}) reached")
 
     def _on_stderr(self, w: Worker) -> None:
         lines = w.read_stderr()
@@ -444,11 +451,13 @@ class Dispatcher:
         w.stop_deadline = now + self.dc.shutdown_timeout
         self._unwatch(w.stdin_fd)
         w.close_stdin()
+        w.stop_reason = why
         log.debug("stage %s worker pid %d: stopping (%s)", w.stage, w.pid, why)
 
     def _kill(self, w: Worker, now: float) -> None:
         """SIGKILL ``w``; its remaining ids are released once it is reaped."""
         w.kill()
+        self.sigchld = True  # reap it in this very iteration if it is gone already
         w.stopping = True
         self._unwatch(w.stdin_fd)
         w.close_stdin()
@@ -518,9 +527,10 @@ class Dispatcher:
                 level = logging.INFO if rc == 0 else logging.WARNING
                 log.log(
                     level,
-                    "stage %s worker pid %d exited: %s%s",
+                    "stage %s worker pid %d stopped (%s): %s%s",
                     w.stage,
                     w.pid,
+                    w.stop_reason or "dispatcher stopping",
                     describe_exit(rc).removeprefix("worker "),
                     f"; {len(ids)} message(s) released" if ids else "",
                 )
@@ -648,6 +658,7 @@ class Dispatcher:
                     log.debug("released %d row(s): %s", len(release), ids_text(release))
                 self.to_release = []
                 result = self.db.iteration(self.dispatcher_id, errors, answered, requeue, claim)
+                self.round_trips += 1
             except psycopg.Error as exc:
                 self._db_lost(now, exc)
                 return
@@ -924,11 +935,15 @@ class Dispatcher:
                 self._db_lost(now, exc)
                 continue
             break
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         log.info(
-            "pepsi-dispatch stopped: dispatcher %d, %d message(s) handed out, %d stage run(s)%s",
+            "pepsi-dispatch stopped: dispatcher %d, %d message(s) handed out, %d stage run(s),"
+            " %d database round trip(s), %.2f s CPU%s",
             self.dispatcher_id,
             self.stats.total_messages,
             self.stats.total_stage_runs,
+            self.round_trips,
+            usage.ru_utime + usage.ru_stime,
             f", {n} held row(s) released" if n else "",
         )
         if self.fatal:

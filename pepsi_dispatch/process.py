@@ -117,6 +117,8 @@ class Worker:
         self.stopping = False
         self.killed = False
         self.stop_deadline = 0.0
+        #: why we asked it to go (idle, MAX_MESSAGES, reload) -- for the exit log line.
+        self.stop_reason = ""
         #: stdout reached EOF (the child is exiting or closed it).
         self.eof = False
         self.eof_at = 0.0
