@@ -151,3 +151,27 @@ def test_competing_killed_replica_rows_reclaimed(h: Harness) -> None:
         # the orphans were not taken before ORPHAN_TIMEOUT (3 s), and were within ~ +2 heartbeats
         assert took < 3 + 10, f"orphans reclaimed only after {took:.1f} s"
     assert d2.terminate() == 0
+
+
+def test_dispatcher_connections_killed_under_load(h: Harness) -> None:
+    """pg_terminate_backend on every session of the database but ours (dispatcher and
+    workers alike) in the middle of a run: reconnect, LISTEN renewed, nothing lost."""
+    conf = h.conf(h.pipeline(["a", "b"], PARALLELISM=2, QUEUE_LIMIT=3))
+    d = h.start(conf)
+    n = 300
+    h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(n)])
+    for _ in range(2):
+        before = h.counts().get("done", 0)
+        wait_until(lambda before=before: h.counts().get("done", 0) >= before + 30, 60)
+        killed = h.conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()[0]
+        assert killed >= 1
+    counts = h.wait_all(timeout=120)
+    assert counts == {"done": n}, counts
+    assert d.running(), d.tail()
+    more = h.enqueue("a", 10)  # POLL_INTERVAL 60 s: only a renewed LISTEN brings these in
+    h.wait_all("done", timeout=20, where=f"workqueue_id >= {more[0]}")
+    assert h.overlaps() == []
+    assert d.terminate() == 0
