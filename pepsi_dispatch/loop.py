@@ -95,6 +95,8 @@ class Dispatcher:
         self.db_ok = False
         self.reconnect_at = INF
         self.reconnect_delay = RECONNECT_FIRST
+        self.reconnect_failures = 0
+        self.last_down_log = -INF
         self.reload_pending = False
         #: a reload only if the stage table differs (after a reconnect).
         self.reload_if_changed = False
@@ -792,6 +794,8 @@ class Dispatcher:
                 _one_line(exc),
             )
             self.reconnect_delay = RECONNECT_FIRST
+            self.reconnect_failures = 0
+            self.last_down_log = now
         self.db_ok = False
         if self._listen_fd >= 0:
             # By the number registered: a broken connection no longer knows its socket.
@@ -824,7 +828,17 @@ class Dispatcher:
                     self.db.release(self.dispatcher_id, stray)
                     log.info("released %d claimed row(s) no worker had", len(stray))
         except psycopg.Error as exc:
-            log.debug("reconnect failed: %s", _one_line(exc))
+            self.reconnect_failures += 1
+            if now - self.last_down_log >= 30.0:
+                self.last_down_log = now
+                log.warning(
+                    "database still unreachable after %d attempt(s): %s; retrying every %g s",
+                    self.reconnect_failures,
+                    _one_line(exc),
+                    RECONNECT_MAX,
+                )
+            else:
+                log.debug("reconnect failed: %s", _one_line(exc))
             self.db.close()
             self.reconnect_at = now + self.reconnect_delay
             self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
@@ -834,7 +848,12 @@ class Dispatcher:
             return
         self.db_ok = True
         self._watch_listen()
-        log.info("database connection re-established; LISTEN renewed, full claim pass")
+        log.info(
+            "database connection re-established after %d failed attempt(s);"
+            " LISTEN renewed, full claim pass",
+            self.reconnect_failures,
+        )
+        self.reconnect_failures = 0
         self.reconnect_delay = RECONNECT_FIRST
         self.claim_needed = True
         self.requeue_at = now
