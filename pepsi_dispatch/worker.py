@@ -47,6 +47,8 @@ dispatcher's log. Likewise stdin is replaced by ``/dev/null`` for handlers.
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import os
 import select
 import signal
@@ -249,6 +251,11 @@ class _Scope:
             self._levels.pop().__exit__(None, None, None)
 
 
+def _as_is(text: str) -> str:
+    """Jsonb ``dumps`` for text that is JSON already."""
+    return text
+
+
 def _one_line(text: str) -> str:
     text = " ".join(str(text).split())
     if len(text) > MAX_REASON:
@@ -373,6 +380,9 @@ class _Worker:
             return 0
         except _Fatal as exc:
             print(f"pepsi worker: {exc}; exiting", file=sys.stderr)
+            return 1
+        except BrokenPipeError:
+            print("pepsi worker: the dispatcher closed our stdout; exiting", file=sys.stderr)
             return 1
         return 0
 
@@ -568,7 +578,7 @@ class _Worker:
         while True:
             handler = self.handlers.get(stage)
             base = scope.depth
-            original = dict(state)
+            original = copy.deepcopy(state) if state else {}  # nested values may be mutated
             msg = Message(
                 id=mid,
                 stage=stage,
@@ -588,6 +598,20 @@ class _Worker:
                 finally:
                     sys.stdout = saved
                 transition = self._normalise(stage, result)
+                patch = {
+                    k: v for k, v in msg.state.items() if k not in original or original[k] != v
+                }
+                patch.pop("dispatch_error", None)
+                try:
+                    patch_json = json.dumps(patch) if patch else None
+                except (TypeError, ValueError) as exc:
+                    raise _Refused(f"msg.state cannot be stored as JSON: {exc}") from None
+                fuse = (
+                    isinstance(transition, Advance)
+                    and transition.fuse
+                    and transition.to in self.handlers
+                )
+                final = None if fuse else self._statement(mid, stage, transition, prefix)
             except Exception as exc:  # the handler failed: this message fails, we live on
                 if isinstance(exc, _Refused):
                     reason = _one_line(prefix + str(exc))
@@ -600,24 +624,19 @@ class _Worker:
                 scope.commit()
                 return _Outcome(f"1 {reason}", False)
 
-            patch = {k: v for k, v in msg.state.items() if k not in original or original[k] != v}
-            patch.pop("dispatch_error", None)
             state = msg.state
-            if patch:
+            if patch_json is not None:
                 self._call(
                     "set_state",
-                    (mid, stage, Jsonb(patch), self.did),
+                    (mid, stage, Jsonb(patch_json, dumps=_as_is), self.did),
                     scope,
                     group,
                     alone=False,
                     lost=self._lost(mid, stage, "set_state"),
                 )
 
-            if (
-                isinstance(transition, Advance)
-                and transition.fuse
-                and transition.to in self.handlers
-            ):
+            if fuse:
+                assert isinstance(transition, Advance)
                 self._call(
                     "hop",
                     (mid, stage, transition.to, self.did),
@@ -631,7 +650,8 @@ class _Worker:
                 retries = 0
                 continue
 
-            kind, params, what = self._statement(mid, stage, transition, prefix)
+            assert final is not None
+            kind, params, what = final
             self._call(
                 kind,
                 params,
@@ -642,7 +662,7 @@ class _Worker:
             )
             scope.commit()
             if isinstance(transition, Fail):
-                return _Outcome(f"1 {_one_line(prefix + transition.reason)}", False)
+                return _Outcome(f"1 {_one_line(prefix + str(transition.reason))}", False)
             if len(path) > 1:
                 return _Outcome("0 fused=" + ",".join(path[1:]), True)
             return _Outcome("0", True)
@@ -659,9 +679,16 @@ class _Worker:
             when = transition.when
             if isinstance(when, datetime):
                 return "pause_at", (mid, stage, when, transition.reason, self.did), "pause"
-            seconds = when.total_seconds() if isinstance(when, timedelta) else float(when)
+            if isinstance(when, timedelta):
+                seconds = when.total_seconds()
+            elif isinstance(when, (int, float)) and not isinstance(when, bool):
+                seconds = float(when)
+            else:
+                raise _Refused(
+                    f"Pause needs seconds, a timedelta or a datetime, not {type(when).__name__}"
+                )
             return "pause_in", (mid, stage, seconds, transition.reason, self.did), "pause"
-        reason = _one_line(prefix + transition.reason)
+        reason = _one_line(prefix + str(transition.reason))
         return "fail", (mid, stage, reason, self.did), "fail"
 
     def _normalise(self, stage: str, result: Any) -> Transition:

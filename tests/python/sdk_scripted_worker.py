@@ -5,7 +5,8 @@ payload = {"plan": {STAGE: STEP, ...}} with STEP one of
   {"op": "pause", "seconds": 30, "reason": "..."}  {"op": "fail", "reason": "..."}
   {"op": "raise", "message": "..."}  {"op": "none"}  {"op": "bogus"}
 and optional keys: "print": text (written with print()), "sleep": seconds,
-"state": {...} (merged into msg.state), "insert": text (row in public.sdk_log
+"state": {...} (merged into msg.state), "append": value (appended in place to
+msg.state["log"]), "unjson": true (a set in msg.state), "insert": text (row in public.sdk_log
 through msg.db, in the message's transaction).
 Usage: sdk_scripted_worker.py [--group-commit] [--stages a,b,c] [-c CONFIG] worker
 """
@@ -28,6 +29,11 @@ def handle(msg: Message):
         msg.state.update(step["state"])
     msg.state.setdefault("seen", [])
     msg.state["seen"] = [*msg.state["seen"], msg.stage]
+    if "append" in step:  # mutate a nested value in place
+        msg.state.setdefault("log", [])
+        msg.state["log"].append(step["append"])
+    if step.get("unjson"):
+        msg.state["bad"] = {1, 2}
     if "insert" in step:
         msg.db.execute(
             "INSERT INTO public.sdk_log (id, note) VALUES (%s, %s)", (msg.id, step["insert"])
@@ -45,6 +51,8 @@ def handle(msg: Message):
         raise ValueError(step["message"])
     if op == "none":
         return None
+    if op == "badpause":
+        return Pause("soon")
     return "bogus"
 
 

@@ -503,3 +503,27 @@ def test_group_commit_row_lost_answered_per_message(dsn, conf, did, workers, con
     assert row(conn, theirs)["status"] == "running"
     assert row(conn, mine[0])["status"] == "done"
     assert row(conn, mine[1])["status"] == "pending"
+
+
+def test_state_changes_in_place_and_bad_values(dsn, conf, did, workers, conn):
+    ids = enqueue_claimed(
+        conn,
+        did,
+        {"a": {"op": "finish", "append": "x"}},
+        {"a": {"op": "finish", "unjson": True}},
+        {"a": {"op": "badpause"}},
+    )
+    conn.execute(
+        'UPDATE pepsi.workqueue SET state = \'{"log": ["old"]}\' WHERE workqueue_id = %s',
+        (ids[0],),
+    )
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(*ids)
+    assert w.answer() == "0"
+    bad_state = w.answer()
+    assert bad_state is not None and "msg.state cannot be stored as JSON" in bad_state
+    bad_pause = w.answer()
+    assert bad_pause is not None and "Pause needs seconds" in bad_pause
+    assert w.close() == 0
+    assert row(conn, ids[0])["state"]["log"] == ["old", "x"]  # nested in-place change kept
+    assert [row(conn, i)["status"] for i in ids] == ["done", "failed", "failed"]
