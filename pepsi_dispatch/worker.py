@@ -372,7 +372,7 @@ class _Worker:
                 lines = self.reader.lines()
                 if not lines:
                     return 0  # EOF
-                if self.group_commit:
+                if self.group_commit and len(lines) > 1:
                     self._batch_group(lines)
                 else:
                     self._batch_single(lines)
