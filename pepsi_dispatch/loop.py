@@ -268,8 +268,8 @@ class Dispatcher:
 
     def _next_timeout(self, now: float) -> float:
         """Seconds until the earliest timer (INF: none)."""
-        if self.to_release or self.reload_pending:
-            return 0.0
+        if self.db_ok and (self.to_release or self.reload_pending):
+            return 0.0  # (while the database is away these wait for the reconnect)
         t = INF
         if self.db_ok:
             if not self.shutting_down:
@@ -394,7 +394,7 @@ class Dispatcher:
                 )
                 self._kill(w, now)
                 break
-        if pool is not None:
+        if pool is not None and not w.killed:
             pool.success()
         self.requeue_dirty = True
         self.claim_needed = True
@@ -723,11 +723,10 @@ class Dispatcher:
             assignments, unplaced = pool.place(ids, now, self._spawn)
             for w, batch in assignments:
                 for wid in batch:
-                    other = self.where.get(wid)
-                    if other is not None:  # cannot happen: claim takes pending rows only
-                        log.error(
-                            "BUG: claimed id %d is in flight at worker pid %d", wid, other.pid
-                        )
+                    # An id may still sit unanswered at its previous stage's worker:
+                    # that stage committed the advance (the claim takes pending rows
+                    # only) and its answer is on the way. The new worker owns it now;
+                    # the old answer then leaves `where` alone.
                     self.where[wid] = w
                 w.give(batch, now)
                 if w.outbuf and w.stdin_fd is not None:

@@ -177,6 +177,10 @@ class Worker:
             if not data:
                 if chunks:
                     break  # report the lines first; EOF shows up on the next read
+                if self._out_partial:
+                    # A last answer without its newline still counts.
+                    line, self._out_partial = self._out_partial, b""
+                    return [line]
                 return None
             chunks.append(data)
             if len(data) < READ_CHUNK:

@@ -60,7 +60,9 @@ def parse_answer(line: bytes) -> Answer:
         line = line[:-1]
         if line == b"0":
             return ANSWER_OK
-    text = line[:MAX_LINE].decode("utf-8", errors="replace")
+    # NUL cannot go into a PostgreSQL text value: one such byte would make the
+    # dispatch_error write fail for ever, so it is spelled out instead.
+    text = line[:MAX_LINE].decode("utf-8", errors="replace").replace("\x00", "\\0")
     head, sep, rest = text.partition(" ")
     if not _INT.match(head):
         return Answer(PROTOCOL_ERROR, text)

@@ -61,6 +61,11 @@ def test_failed_answer_keeps_the_line_as_reason() -> None:
     assert parse_answer(b"7 upstream said no").text == "7 upstream said no"
 
 
+def test_nul_in_an_answer_cannot_poison_the_database_write() -> None:
+    assert "\x00" not in parse_answer(b"3 bad\x00byte").text
+    assert "\x00" not in parse_answer(b"garbage\x00").text
+
+
 def test_stats_deltas_and_clear() -> None:
     s = Stats()
     assert not s.pending()
