@@ -526,7 +526,9 @@ class Dispatcher:
                     len(ids),
                 )
             elif expected:
-                level = logging.INFO if rc == 0 else logging.WARNING
+                # Dying of the SIGTERM we sent is a normal way to stop.
+                normal = rc == 0 or (self.shutting_down and rc == -signal.SIGTERM)
+                level = logging.INFO if normal else logging.WARNING
                 log.log(
                     level,
                     "stage %s worker pid %d stopped (%s): %s%s",

@@ -344,3 +344,42 @@ def test_sigterm_releases_rows_in_flight(
     c = counts(conn)
     assert "running" not in c and c.get("failed", 0) == 0
     assert c.get("pending", 0) + c.get("done", 0) == 40
+
+
+def test_max_messages_recycles_workers(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    envfile = tmp_path / "env.jsonl"
+    prog = program("--env-file", str(envfile))
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {"a": {"PROGRAM": prog, "PARALLELISM": "1", "QUEUE_LIMIT": "4", "MAX_MESSAGES": "10"}},
+    )
+    d = served(conf)
+    enqueue(conn, "a", 35)
+    wait_for(lambda: counts(conn) == {"done": 35}, what="35 rows done")
+    # 35 messages, at most 10 per worker: at least 4 workers, one at a time.
+    assert len(envfile.read_text().splitlines()) >= 4
+    assert "MAX_MESSAGES (10) reached" in d.text()
+    assert d.stop() == 0
+
+
+def test_sighup_reloads_and_retires_workers(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    prog = program()
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {"a": {"PROGRAM": prog, "PARALLELISM": "1"}},
+        {"WORKER_IDLE_TIMEOUT": "60 s"},
+    )
+    d = served(conf)
+    enqueue(conn, "a", 3)
+    wait_for(lambda: counts(conn) == {"done": 3}, what="3 rows done")
+    (first,) = wait_for(lambda: children(d.proc.pid), what="one worker")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.text(), what="reload line")
+    wait_for(lambda: not alive(first), timeout=10, what="old worker retired")
+    enqueue(conn, "a", 3)
+    wait_for(lambda: counts(conn) == {"done": 6}, what="6 rows done")
+    assert d.stop() == 0
