@@ -136,7 +136,8 @@ class Run:
 
 @dataclass
 class WorkerLog:
-    runs: list[Run]
+    runs: list[Run]  # START..END: a worker working on a message
+    holds: list[Run]  # RECV..ANSWER: an id read by a worker and not yet answered
     spawns: dict[int, list[str]]  # pid -> [stage, dispatcher_id, argv...]
     queue_max: dict[int, int]  # pid -> largest unanswered count seen
     exits: dict[int, str]
@@ -156,24 +157,37 @@ class WorkerLog:
         A real double hand-out (an id re-dispatched while a worker still works on it)
         shows up as two runs at the same stage.
         """
-        by_id: dict[tuple[int, str], list[Run]] = defaultdict(list)
-        for r in self.runs:
-            by_id[(r.wq_id, r.stage)].append(r)
-        bad = []
-        for runs in by_id.values():
-            runs.sort(key=lambda r: r.start)
-            for a, b in zip(runs, runs[1:], strict=False):
-                end = a.end
-                if end is None:
-                    end = open_until(a) if open_until else None
-                if end is None or end > b.start:
-                    bad.append((a, b))
-        return bad
+        return _overlapping(self.runs, open_until)
+
+    def double_holds(self, open_until: Callable[[Run], int] | None = None) -> list[tuple[Run, Run]]:
+        """Pairs of RECV..ANSWER intervals of one id at one stage in two workers that
+        overlap: the dispatcher handed an id to a second worker while the first had read
+        it and not answered it (nor died). Stricter than overlaps(): it also sees ids
+        queued in a worker that never started them."""
+        return _overlapping(self.holds, open_until)
+
+
+def _overlapping(runs: list[Run], open_until: Callable[[Run], int] | None) -> list[tuple[Run, Run]]:
+    by_id: dict[tuple[int, str], list[Run]] = defaultdict(list)
+    for r in runs:
+        by_id[(r.wq_id, r.stage)].append(r)
+    bad = []
+    for group in by_id.values():
+        group.sort(key=lambda r: r.start)
+        for a, b in zip(group, group[1:], strict=False):
+            end = a.end
+            if end is None:
+                end = open_until(a) if open_until else None
+            if end is None or end > b.start:
+                bad.append((a, b))
+    return bad
 
 
 def read_worker_log(path: Path) -> WorkerLog:
     runs: list[Run] = []
+    holds: list[Run] = []
     open_runs: dict[tuple[int, int], Run] = {}
+    open_holds: dict[tuple[int, int], Run] = {}
     spawns: dict[int, list[str]] = {}
     queue_max: dict[int, int] = defaultdict(int)
     exits: dict[int, str] = {}
@@ -190,13 +204,21 @@ def read_worker_log(path: Path) -> WorkerLog:
                 run = open_runs.pop((int(w[1]), int(w[2])), None)
                 if run is not None:
                     run.end = int(w[4])
+            elif w[0] == "RECV" and len(w) == 5 and w[1].isdigit():
+                hold = Run(int(w[1]), int(w[2]), w[3], int(w[4]), None)
+                holds.append(hold)
+                open_holds[(hold.wq_id, hold.pid)] = hold
+            elif w[0] == "ANSWER" and len(w) == 5:
+                hold = open_holds.pop((int(w[1]), int(w[2])), None)
+                if hold is not None:
+                    hold.end = int(w[4])
             elif w[0] == "SPAWN":
                 spawns[int(w[1])] = w[2:]
             elif w[0] == "QUEUE" and len(w) == 3:
                 queue_max[int(w[1])] = max(queue_max[int(w[1])], int(w[2]))
             elif w[0] == "EXIT" and len(w) >= 3:
                 exits[int(w[1])] = w[2]
-    return WorkerLog(runs, spawns, dict(queue_max), exits)
+    return WorkerLog(runs, holds, spawns, dict(queue_max), exits)
 
 
 class LifeWatcher(threading.Thread):
@@ -362,11 +384,15 @@ class Harness:
         self.watcher.start()
 
     def overlaps(self) -> list[tuple[Run, Run]]:
-        """Runs of one id in two workers at once. A run that never ended (its worker was
-        killed) lasts until its worker was last seen alive."""
+        """Runs of one id in two workers at once (START..END), and ids handed to a second
+        worker while one that had read them had not answered (RECV..ANSWER), per stage.
+        An open interval (its worker was killed) lasts until the worker was last seen alive."""
         self.watcher._new_pids()
         alive = self.watcher.last_alive
-        return self.wlog().overlaps(open_until=lambda r: alive.get(r.pid, r.start))
+        log = self.wlog()
+        return log.overlaps(open_until=lambda r: alive.get(r.pid, r.start)) + log.double_holds(
+            open_until=lambda r: alive.get(r.pid, r.start)
+        )
 
     # -- programs and configuration
 

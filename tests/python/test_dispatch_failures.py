@@ -221,3 +221,44 @@ def test_crash_loop_is_held_off(h: Harness) -> None:
     assert set(counts) <= {"pending", "failed", "running"}, counts
     assert d.terminate() == 0
     assert set(h.counts()) <= {"pending", "failed"}, h.counts()
+
+
+def test_clean_exit_with_work_in_hand_is_a_crash(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=3)))
+    head, *rest = h.enqueue("a", [{"do": "exit:0"}, {}, {}])
+    h.wait_all(timeout=30)
+    row = h.row(head)
+    assert row["status"] == "failed", row
+    assert re.search(r"\b0\b", error_of(row)), error_of(row)
+    assert [h.row(i)["status"] for i in rest] == ["done", "done"]
+    assert h.overlaps() == []
+    assert d.terminate() == 0
+
+
+def test_answer_in_pieces_and_long_stderr_line(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=4)))
+    ids = h.enqueue(
+        "a",
+        [
+            {"do": "split_answer;next"},
+            {"do": "stderr_noline:3000000;next"},
+            {"do": "split_answer;fail"},
+            {},
+        ],
+    )
+    h.wait_all(timeout=30)
+    assert [h.row(i)["status"] for i in ids] == ["done", "done", "failed", "done"]
+    assert error_of(h.row(ids[2])) == "3 scripted failure"
+    assert len(h.wlog().spawns) == 1, "a split answer is not a protocol error"
+    assert d.running()
+    assert d.terminate() == 0
+
+
+def test_rows_of_unknown_stage_stay_pending(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"])))
+    stray = h.enqueue("nosuchstage", 3)
+    ok = h.enqueue("a", 3)
+    h.wait_all("done", timeout=30, where=f"workqueue_id >= {ok[0]}")
+    assert {h.row(i)["status"] for i in stray} == {"pending"}
+    assert d.running()
+    assert d.terminate() == 0

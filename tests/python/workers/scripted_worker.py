@@ -22,12 +22,16 @@ ACTIONS is a list, or a string of actions separated by ";". Actions run in order
   pause_once:SECONDS pause while the row's retries are 0, else act as "next"
   sleep:SECONDS      sleep, then go on with the next action
   stderr_flood:BYTES write BYTES of stderr lines, then go on
+  stderr_noline:BYTES write one stderr line of BYTES bytes, then go on
+  split_answer       write this message's answer line in two pieces, 0.2 s apart
   fuse:B[,C]         finish the row and answer "0 fused=B[,C]"
 The default (no "do") is "next".
 
 Every message is logged to --log FILE (appended, one line each, so it survives kill -9):
   START <id> <pid> <stage> <time_ns>    before any work on the message
   END <id> <pid> <stage> <time_ns>      after the transition committed, before answering
+  RECV <id> <pid> <stage> <time_ns>     when the id was read from stdin
+  ANSWER <id> <pid> <stage> <time_ns>   after its answer was written
   QUEUE <pid> <n>                       n = ids written to this worker but not yet answered
                                         (sampled just before each answer, when it is largest)
   SPAWN <pid> <stage> <dispatcher_id> <argv...> / EXIT <pid> <reason>
@@ -74,6 +78,9 @@ class Input:
             return
         self.buf += data
         *complete, self.buf = self.buf.split(b"\n")
+        now = time.monotonic_ns()
+        for line in complete:
+            log("RECV", line.decode(errors="replace").strip() or "-", os.getpid(), STAGE, now)
         self.lines.extend(complete)
 
     def drain(self) -> None:
@@ -98,11 +105,17 @@ class Input:
         return self.lines.pop(0)
 
 
-def answer(inp: Input, line: str, in_hand: int = 1) -> None:
+def answer(inp: Input, wq_id: int, line: str, in_hand: int = 1, split: bool = False) -> None:
     inp.drain()
     log("QUEUE", os.getpid(), len(inp.lines) + in_hand)
+    if split:  # the answer line arrives in two pieces, 0.2 s apart
+        sys.stdout.write(line[:1])
+        sys.stdout.flush()
+        time.sleep(0.2)
+        line = line[1:]
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+    log("ANSWER", wq_id, os.getpid(), STAGE, time.monotonic_ns())
 
 
 class DB:
@@ -184,11 +197,12 @@ def main() -> int:
             (wq_id,),
         )
         if row is None:
-            answer(inp, "4 no such row")
+            answer(inp, wq_id, "4 no such row")
             busy = False
             continue
         _stage, payload, retries = row
         reply = None
+        split = False
         for action in actions_for(payload):
             name, _, arg = action.partition(":")
             if name == "pause_once":
@@ -203,6 +217,11 @@ def main() -> int:
                     name = "finish"
             if name == "sleep":
                 time.sleep(float(arg))
+            elif name == "stderr_noline":
+                os.write(2, b"y" * int(arg))  # one huge line, newline only at the very end
+                os.write(2, b"\n")
+            elif name == "split_answer":
+                split = True
             elif name == "stderr_flood":
                 remaining = int(arg)
                 chunk = ("x" * 99 + "\n").encode()
@@ -253,7 +272,7 @@ def main() -> int:
         if reply is None:
             reply = "7 no action answered"
         log("END", wq_id, os.getpid(), STAGE, mono())
-        answer(inp, reply)
+        answer(inp, wq_id, reply, split=split)
         busy = False
     log("EXIT", os.getpid(), "eof" if not stop else "sigterm")
     return 0
