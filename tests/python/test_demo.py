@@ -9,6 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -82,3 +84,24 @@ def test_demo_without_dsn_says_how():
     )
     assert result.returncode == 2
     assert "PEPSI_DSN is not set" in result.stderr
+
+
+@pytest.mark.skipif(
+    not os.environ.get("PEPSI_SLOW_TESTS"),
+    reason="clones the repository and builds a venv (network); set PEPSI_SLOW_TESTS=1",
+)
+def test_make_demo_from_a_fresh_clone(tmp_path: Path):
+    """`make demo` as a new user runs it: fresh clone, no PEPSI_DSN, embedded cluster."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PEPSI_")}
+    env["PEPSI_DEMO_TEST_MARKER"] = marker = f"fresh-{uuid.uuid4().hex}"
+    try:
+        result = subprocess.run(
+            ["make", "demo"], cwd=clone, env=env, capture_output=True, text=True, timeout=900
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Summary" in result.stdout and "dispatcher exited 0" in result.stdout
+    finally:
+        subprocess.run(["make", "stop-db"], cwd=clone, env=env, capture_output=True, timeout=120)
+    assert processes_with(marker) == []
