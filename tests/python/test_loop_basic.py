@@ -383,3 +383,19 @@ def test_sighup_reloads_and_retires_workers(
     enqueue(conn, "a", 3)
     wait_for(lambda: counts(conn) == {"done": 6}, what="6 rows done")
     assert d.stop() == 0
+
+
+def test_retention_purges_old_done_rows_on_the_heartbeat(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {"a": {"PROGRAM": program()}},
+        {"RETENTION": "1 s", "POLL_INTERVAL": "500 ms"},
+    )
+    d = served(conf)
+    enqueue(conn, "a", 5)
+    wait_for(lambda: counts(conn) == {"done": 5}, what="5 rows done")
+    wait_for(lambda: counts(conn) == {}, timeout=10, what="done rows purged")
+    assert "purged 5 done row(s)" in d.text() or "purged" in d.text()
+    assert d.stop() == 0
