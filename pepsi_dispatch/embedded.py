@@ -36,7 +36,9 @@ def find_bindir() -> Path:
     """Return the directory holding initdb/pg_ctl of the newest installed PostgreSQL."""
     candidates = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
     )
     if candidates:
         return Path(candidates[-1]).parent
@@ -119,21 +121,45 @@ def start(base: Path, dbname: str = "pepsi", fast: bool = False) -> str:
     as_pg = _as_server_user()
     if not (data / "PG_VERSION").exists():
         _run(
-            [*as_pg, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-             "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"],
+            [
+                *as_pg,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
             "initdb",
         )
     run.mkdir(exist_ok=True)
     _chown_for_server(run)
-    status = subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "status"],
-                            capture_output=True)
+    status = subprocess.run(
+        [*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "status"], capture_output=True
+    )
     if status.returncode != 0:
         options = f"-k {run} -c listen_addresses='' -c max_connections=200"
         if fast:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         _run(
-            [*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
-             "-w", "-t", "60", "start"],
+            [
+                *as_pg,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
             f"starting PostgreSQL (log: {log})",
         )
     _create_database(home, dbname)
@@ -166,8 +192,16 @@ def stop(base: Path) -> None:
     if not (data / "PG_VERSION").exists():
         return
     subprocess.run(
-        [*_as_server_user(), str(find_bindir() / "pg_ctl"), "-D", str(data), "-m", "fast",
-         "-w", "stop"],
+        [
+            *_as_server_user(),
+            str(find_bindir() / "pg_ctl"),
+            "-D",
+            str(data),
+            "-m",
+            "fast",
+            "-w",
+            "stop",
+        ],
         capture_output=True,
     )
 

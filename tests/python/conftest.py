@@ -36,7 +36,11 @@ def alembic(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PEPSI_DSN": dsn}
     result = subprocess.run(
         [sys.executable, "-m", "alembic", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if result.returncode != 0:
         raise AssertionError(f"alembic {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
