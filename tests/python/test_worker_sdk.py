@@ -327,14 +327,15 @@ def test_start_errors_exit_2(dsn, conf, did, workers, conn):
 # ---------------------------------------------------------------- signals
 
 
-def test_sigterm_mid_message_finishes_it_then_exits(dsn, conf, did, workers, conn):
+@pytest.mark.parametrize("extra", [(), ("--group-commit",)], ids=["single", "group-commit"])
+def test_sigterm_mid_message_finishes_it_then_exits(dsn, conf, did, workers, conn, extra):
     ids = enqueue_claimed(
         conn,
         did,
         {"a": {"op": "finish", "print": "handler started", "sleep": 1.5}},
         {"a": {"op": "finish"}},
     )
-    w = start(workers, dsn, conf, did)
+    w = start(workers, dsn, conf, did, extra=extra)
     w.send(*ids)
     # wait until the first handler runs (its print reaches stderr)
     assert w.proc.stderr is not None
