@@ -850,9 +850,10 @@ class Dispatcher:
         self.db_ok = True
         self._watch_listen()
         log.info(
-            "database connection re-established after %d failed attempt(s);"
-            " LISTEN renewed, full claim pass",
-            self.reconnect_failures,
+            "database connection re-established%s; LISTEN renewed, full claim pass",
+            f" after {self.reconnect_failures} failed attempt(s)"
+            if self.reconnect_failures
+            else "",
         )
         self.reconnect_failures = 0
         self.reconnect_delay = RECONNECT_FIRST
