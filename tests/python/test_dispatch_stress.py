@@ -47,7 +47,7 @@ def test_reload_storm_under_load(h: Harness) -> None:
 
 def test_one_message_per_worker(h: Harness) -> None:
     d = h.start(h.conf(h.pipeline(["a", "b"], PARALLELISM=3, QUEUE_LIMIT=4, MAX_MESSAGES=1)))
-    n = 60
+    n = 30
     h.enqueue("a", n)
     counts = h.wait_all(timeout=120)
     assert counts == {"done": n}, counts

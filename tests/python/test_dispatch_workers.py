@@ -117,3 +117,25 @@ def test_shell_worker(h: Harness) -> None:
     assert answers[0].startswith("1 ")
     assert run_worker(h, h.shell_program({"a": "b"}), "b", did, ids) == ["0", "0", "0"]
     assert {h.row(i)["status"] for i in ids} == {"done"}
+
+
+def test_overlap_checker_has_teeth(tmp_path) -> None:
+    from dispatch_harness import read_worker_log
+
+    log = tmp_path / "w.log"
+    log.write_text(
+        "RECV 1 100 a 10\nSTART 1 100 a 11\nEND 1 100 a 20\nANSWER 1 100 a 21\n"
+        # id 2: handed to pid 101 while pid 100 still held it unanswered (never started)
+        "RECV 2 100 a 12\nRECV 2 101 a 15\nSTART 2 101 a 16\nEND 2 101 a 17\n"
+        "ANSWER 2 101 a 18\nANSWER 2 100 a 22\n"
+        # id 3: worked on by two workers at once at the same stage
+        "START 3 100 a 30\nSTART 3 101 a 31\nEND 3 101 a 32\nEND 3 100 a 33\n"
+        # id 4: killed run (no END), rerun after the death: fine when open_until says so
+        "START 4 100 a 40\nSTART 4 101 a 50\nEND 4 101 a 51\n"
+        # id 5: next stage started right after the previous stage's commit: not counted
+        "START 5 100 a 60\nSTART 5 101 b 61\nEND 5 100 a 62\nEND 5 101 b 63\n"
+    )
+    w = read_worker_log(log)
+    assert {a.wq_id for a, _ in w.double_holds()} == {2}
+    assert {a.wq_id for a, _ in w.overlaps(open_until=lambda r: 45)} == {3}
+    assert {a.wq_id for a, _ in w.overlaps()} == {3, 4}
