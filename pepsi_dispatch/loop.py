@@ -650,9 +650,9 @@ class Dispatcher:
             # stage (the stage advanced it, we claimed it, then read the old
             # answer). Writing then would fail or release a row another worker
             # is working on -- the one thing that must never happen.
-            errors = [e for e in errors if e[0] not in where]
-            answered = [i for i in answered if i not in where]
-            release = [i for i in release if i not in where]
+            errors = self.errors = [e for e in errors if e[0] not in where]
+            answered = self.answered = [i for i in answered if i not in where]
+            release = self.to_release = [i for i in release if i not in where]
         if errors or answered or release or requeue or claim:
             try:
                 if release:
