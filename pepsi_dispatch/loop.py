@@ -480,7 +480,7 @@ class Dispatcher:
         pool = self._pool_of(w)
         # Answers written before it exited may still sit in the pipe.
         if not w.killed and w.stdout_fd is not None:
-            while True:
+            for _ in range(64):  # bounded: a grandchild may still hold the pipe open
                 lines = w.read_answers()
                 if not lines:
                     break

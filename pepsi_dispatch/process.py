@@ -167,7 +167,8 @@ class Worker:
         """Complete answer lines available on stdout; None at EOF."""
         assert self.stdout_fd is not None
         chunks = []
-        while True:
+        # At most 1 MiB per call: a worker flooding stdout must not hold the loop.
+        for _ in range(16):
             try:
                 data = os.read(self.stdout_fd, READ_CHUNK)
             except BlockingIOError:

@@ -399,3 +399,39 @@ def test_retention_purges_old_done_rows_on_the_heartbeat(
     wait_for(lambda: counts(conn) == {}, timeout=10, what="done rows purged")
     assert "purged 5 done row(s)" in d.text() or "purged" in d.text()
     assert d.stop() == 0
+
+
+def test_stdout_flood_is_one_protocol_error(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """A worker spewing stdout forever fails its message and is killed; the loop stays live."""
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {
+            "flood": {"PROGRAM": "sh -c 'read x; yes garbage'", "PARALLELISM": "1"},
+            "ok": {"PROGRAM": program()},
+        },
+    )
+    d = served(conf)
+    (bad,) = enqueue(conn, "flood", 1)
+    enqueue(conn, "ok", 5)
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT status, state->>'dispatch_error' FROM pepsi.workqueue WHERE workqueue_id = %s",
+                (bad,),
+            ).fetchone()
+            == ("failed", 'protocol error: worker answered "garbage"')
+        ),
+        what="flood message failed",
+    )
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM pepsi.workqueue WHERE stage = 'ok' AND status = 'done'"
+            ).fetchone()[0]
+            == 5
+        ),
+        what="other stage unaffected",
+    )
+    assert d.stop() == 0
