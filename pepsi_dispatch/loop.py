@@ -25,6 +25,7 @@ import os
 import resource
 import selectors
 import signal
+import subprocess
 import time
 from dataclasses import replace
 from typing import Any
@@ -432,7 +433,9 @@ class Dispatcher:
         now = time.monotonic()
         try:
             w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
-        except OSError as exc:
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            # OSError: not found / not executable / exec failed; ValueError: PROGRAM
+            # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
             pool.start_cooldown(now, f"cannot start PROGRAM {pool.config.program!r}: {exc}")
             return None
         pool.workers.append(w)
