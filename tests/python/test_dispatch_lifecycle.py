@@ -29,8 +29,10 @@ def test_sigterm_with_work_in_flight(h: Harness) -> None:
     n = 60
     h.enqueue("a", [{"do": "sleep:0.2;next"} for _ in range(n)])
     wait_until(lambda: running_rows(h) >= 4, 20, message="work in flight")
-    workers = [p for pids in d.workers().values() for p in pids]
-    assert workers
+    # rows turn running when the claim commits, a moment before their workers exist
+    workers = wait_until(
+        lambda: [p for pids in d.workers().values() for p in pids], 10, message="workers"
+    )
     t0 = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
     rc = d.wait_exit(20)
@@ -90,19 +92,25 @@ def test_kill9_repeated_then_restart_finishes_everything(h: Harness) -> None:
             message=lambda r=round_: f"progress in round {r}: {h.counts()}",
         )
         d.workers()
-        spawned = {pid for pid, sp in h.wlog().spawns.items() if sp[1] == str(did)}
-        workers = spawned | d.seen_workers
-        assert workers
+        assert d.seen_workers
         d.kill9()
+
+        def survivors(did=did, d=d):
+            # every worker this dispatcher ever started, including any spawned just
+            # before the kill (their SPAWN lines may land a moment later)
+            spawned = {pid for pid, sp in h.wlog().spawns.items() if sp[1] == str(did)}
+            return [p for p in spawned | d.seen_workers if pid_alive(p)]
+
         # the workers must die on their own (the kernel ends them with their dispatcher)
         wait_until(
-            lambda workers=workers: not [p for p in workers if pid_alive(p)],
+            lambda survivors=survivors: not survivors(),
             5,
-            message=lambda workers=workers: (
-                f"workers of the killed dispatcher still alive: "
-                f"{[p for p in workers if pid_alive(p)]}"
+            message=lambda survivors=survivors: (
+                f"workers of the killed dispatcher still alive: {survivors()}"
             ),
         )
+        time.sleep(0.3)
+        assert not survivors(), "a worker of the killed dispatcher appeared after its death"
     assert h.counts().get("done", 0) < n, "the run finished before the last kill"
     d = h.start(conf)
     h.wait_all(timeout=120)
