@@ -166,3 +166,16 @@ def test_statistics_match_processed_counts(h: Harness) -> None:
     assert d.terminate() == 0
     # shutdown flush adds nothing new either
     assert h.dispatch_stats()["messages"] == expected_messages
+
+
+def test_info_log_is_quiet_under_load(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a", "b"], PARALLELISM=2)))
+    n = 600
+    h.enqueue("a", n)
+    h.wait_all("done", timeout=60)
+    assert d.terminate() == 0
+    lines = d.log().splitlines()
+    # one line per event worth an operator's attention (start, spawn, stop), none per message
+    assert len(lines) < 30, "\n".join(lines[:40])
+    text = d.log().lower()
+    assert "start" in text and "stop" in text
