@@ -53,6 +53,7 @@ import os
 import select
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ __all__ = [
 
 #: Longest reason put on an answer line (the dispatcher cuts lines at 8 KiB).
 MAX_REASON = 2000
+#: How long a worker tries to reconnect after losing its database connection (seconds).
+RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60"))
 
 # The statements of the SQL API the SDK sends, and (for group commit) the same
 # call over arrays: many messages' transitions in one statement.
@@ -335,8 +338,10 @@ class _Worker:
         group_commit: bool,
         answer_fd: int,
         input_fd: int,
+        connect: Callable[[], psycopg.Connection] | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        self._connect_fn = connect
         self.stage = stage
         self.conn = conn
         self.did = dispatcher_id
@@ -351,6 +356,7 @@ class _Worker:
         self._deferred: list[tuple[str, tuple, int, str]] = []
         self._lost_slots: dict[int, str] = {}
         self._slot = 0
+        self._retrying = False
 
     # -- signals
 
@@ -372,10 +378,7 @@ class _Worker:
                 lines = self.reader.lines()
                 if not lines:
                     return 0  # EOF
-                if self.group_commit and len(lines) > 1:
-                    self._batch_group(lines)
-                else:
-                    self._batch_single(lines)
+                self._run_batch(lines)
         except _Stop:
             return 0
         except _Fatal as exc:
@@ -385,6 +388,44 @@ class _Worker:
             print("pepsi worker: the dispatcher closed our stdout; exiting", file=sys.stderr)
             return 1
         return 0
+
+    def _run_batch(self, lines: list[bytes]) -> None:
+        """Process the lines; after a lost connection reconnect and redo what is unanswered."""
+        self._retrying = False
+        while True:
+            try:
+                if self.group_commit and len(lines) > 1:
+                    self._batch_group(lines)
+                else:
+                    self._batch_single(lines)  # removes the lines it answered
+                return
+            except psycopg.OperationalError as exc:
+                if not self.conn.broken:
+                    raise
+                print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
+                self._reconnect()
+                self._retrying = True
+
+    def _connect(self) -> psycopg.Connection:
+        if self._connect_fn is None:
+            raise psycopg.OperationalError("no way to reconnect")
+        return self._connect_fn()
+
+    def _reconnect(self) -> None:
+        """New connection with backoff; raises the last error after RECONNECT_TIMEOUT."""
+        deadline = time.monotonic() + RECONNECT_TIMEOUT
+        delay = 0.1
+        while True:
+            try:
+                self.conn = self._connect()
+            except psycopg.OperationalError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            else:
+                print("pepsi worker: reconnected to the database", file=sys.stderr)
+                return
 
     def _answer(self, lines: list[str]) -> None:
         data = "".join(line + "\n" for line in lines).encode()
@@ -422,6 +463,8 @@ class _Worker:
             outcome = self._process(line, value, row, scope)
             scope.commit()
             self._answer([outcome.answer])
+            del lines[0]
+            self._retrying = False  # only the message in hand may have committed unanswered
             if self.stop:
                 return
 
@@ -476,9 +519,9 @@ class _Worker:
                 for (_, slot, lost), row in zip(items, rows, strict=True):
                     if not (row and row[0]):
                         self._lost_slots.setdefault(slot, lost)
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as exc:
+            if self.conn.broken:
+                raise
             raise _Fatal(f"group commit batch failed: {_exc_reason(exc)}") from exc
 
     # -- one message
@@ -499,6 +542,15 @@ class _Worker:
             return _Outcome(f"1 message {value} does not exist", False)
         _, stage, status, payload, state, retries = row
         if status != "running" or stage != self.stage:
+            if self._retrying:
+                # Redone after a lost connection: our commit went through, its
+                # acknowledgement was lost. The row has moved on; nothing to do.
+                print(
+                    f"pepsi worker: message {value} already moved on ({status} at stage"
+                    f" {stage}) before the connection was lost",
+                    file=sys.stderr,
+                )
+                return _Outcome("0", True)
             return _Outcome(
                 f"1 message {value} is not running at stage {self.stage}"
                 f" (it is {status} at stage {stage})",
@@ -510,9 +562,9 @@ class _Worker:
             scope.rollback_to(0)
             print(f"pepsi worker: {exc}", file=sys.stderr)
             return _Outcome(f"1 {_one_line(str(exc))}", False)
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as exc:
+            if self.conn.broken:
+                raise  # a lost connection: _run_batch reconnects and redoes the message
             # A statement of this message failed: undo all of it, then fail the row
             # where it was (at the stage it was handed to us).
             scope.rollback_to(0)
@@ -836,8 +888,12 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
     except ConfigError as exc:
         return _fail_start(str(exc))
     dsn = os.environ.get("PEPSI_DSN") or dsn
+
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(dsn, autocommit=True, application_name=f"pepsi-worker {stage}")
+
     try:
-        conn = psycopg.connect(dsn, autocommit=True, application_name=f"pepsi-worker {stage}")
+        conn = connect()
     except psycopg.Error as exc:
         print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
         return 1
@@ -856,6 +912,7 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
             group_commit,
             answer_fd,
             input_fd,
+            connect,
         )
         signal.signal(signal.SIGTERM, worker.on_signal)
         signal.signal(signal.SIGINT, worker.on_signal)
@@ -864,6 +921,8 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
         except psycopg.OperationalError as exc:
             print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
             return 1
+        finally:
+            conn = worker.conn
     finally:
         try:
             conn.close()

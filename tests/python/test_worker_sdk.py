@@ -528,3 +528,34 @@ def test_state_changes_in_place_and_bad_values(dsn, conf, did, workers, conn):
     assert w.close() == 0
     assert row(conn, ids[0])["state"]["log"] == ["old", "x"]  # nested in-place change kept
     assert [row(conn, i)["status"] for i in ids] == ["done", "failed", "failed"]
+
+
+@pytest.mark.parametrize("extra", [(), ("--group-commit",)], ids=["single", "group-commit"])
+def test_lost_connection_reconnects_and_redoes_message(dsn, conf, did, workers, conn, extra):
+    ids = enqueue_claimed(
+        conn,
+        did,
+        {"a": {"op": "advance", "to": "b", "print": "handler started", "sleep": 1.0}},
+        {"a": {"op": "finish"}},
+    )
+    w = start(workers, dsn, conf, did, extra=extra)
+    w.send(*ids)
+    assert w.proc.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"handler started" not in seen:
+        assert time.monotonic() < deadline, "handler never started"
+        ready, _, _ = select.select([w.proc.stderr.fileno()], [], [], 1)
+        if ready:
+            seen += os.read(w.proc.stderr.fileno(), 4096)
+    killed = conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name = 'pepsi-worker a' AND datname = current_database()"
+    ).fetchone()[0]
+    assert killed == 1
+    assert w.answer() == "0"
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert [row(conn, i)["status"] for i in ids] == ["pending", "done"]
+    assert row(conn, ids[0])["stage"] == "b"
+    assert b"reconnected" in seen + w.proc.stderr.read()
