@@ -262,3 +262,22 @@ def test_rows_of_unknown_stage_stay_pending(h: Harness) -> None:
     assert {h.row(i)["status"] for i in stray} == {"pending"}
     assert d.running()
     assert d.terminate() == 0
+
+
+def test_earlier_pause_rearms_the_retry_timer(h: Harness) -> None:
+    # A is due in 5 s; B, paused later, is due in 1 s: B must not wait for A's due time
+    d = h.start(h.conf(h.pipeline(["a"]), POLL_INTERVAL="60 s"))
+    (a,) = h.enqueue("a", [{"do": "pause_once:5"}])
+    wait_until(lambda: h.row(a)["status"] == "paused", 20, message="A paused")
+    (b,) = h.enqueue("a", [{"do": "pause_once:1"}])
+    wait_until(lambda: h.row(b)["status"] == "paused", 20, message="B paused")
+    due_b = h.row(b)["timeout"]
+    wait_until(lambda: h.row(b)["status"] == "done", 10, message=lambda: f"B done: {h.row(b)}")
+    late = (h.row(b)["updated_at"] - due_b).total_seconds()
+    assert late <= 1.5, f"B retried {late:.2f} s after its due time"
+    assert h.row(a)["status"] == "paused"
+    due_a = h.row(a)["timeout"]
+    wait_until(lambda: h.row(a)["status"] == "done", 15, message=lambda: f"A done: {h.row(a)}")
+    late = (h.row(a)["updated_at"] - due_a).total_seconds()
+    assert 0 <= late <= 1.5, f"A retried {late:.2f} s after its due time"
+    assert d.terminate() == 0
