@@ -1,0 +1,67 @@
+"""Notifications, observed from a second connection (they are sent at commit).
+
+One NOTIFY 'workqueue' per INSERT statement, however many rows; one NOTIFY
+'config_changed' per statement changing pepsi.config.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+
+def drain(listener: psycopg.Connection, timeout: float = 0.5) -> list[tuple[str, str]]:
+    return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
+
+
+def listening(dsn: str, *channels: str) -> psycopg.Connection:
+    listener = psycopg.connect(dsn, autocommit=True)
+    for channel in channels:
+        listener.execute(f"LISTEN {channel}")
+    return listener
+
+
+def test_one_workqueue_notification_per_insert_statement(dsn: str, conn) -> None:
+    with listening(dsn, "workqueue") as listener:
+        conn.execute("SELECT pepsi.enqueue('a')")
+        assert drain(listener) == [("workqueue", "")]
+
+        conn.execute(
+            "SELECT count(*) FROM pepsi.enqueue_many('a', array_fill('{}'::jsonb, ARRAY[5000]))"
+        )
+        assert drain(listener) == [("workqueue", "")], "a bulk insert is one notification"
+
+        conn.execute("INSERT INTO pepsi.workqueue (stage) SELECT 'b' FROM generate_series(1, 100)")
+        assert len(drain(listener)) == 1
+
+        conn.execute("SELECT pepsi.enqueue('a')")
+        conn.execute("SELECT pepsi.enqueue('b')")
+        assert len(drain(listener)) == 2, "separate transactions notify separately"
+
+        conn.execute("SELECT count(*) FROM pepsi.enqueue_many('a', ARRAY[]::jsonb[])")
+        assert drain(listener) == [], "an empty enqueue_many inserts nothing and says nothing"
+
+        conn.execute("SELECT count(*) FROM pepsi.claim(1, ARRAY['a'], ARRAY[10])")
+        conn.execute("UPDATE pepsi.workqueue SET updated_at = now()")
+        assert drain(listener) == [], "updates do not notify"
+
+
+def test_rolled_back_insert_does_not_notify(dsn: str, conn) -> None:
+    with listening(dsn, "workqueue") as listener:
+        with conn.transaction(force_rollback=True):
+            conn.execute("SELECT pepsi.enqueue('a')")
+        assert drain(listener) == []
+
+
+def test_config_change_notifies_config_changed(dsn: str, conn) -> None:
+    with listening(dsn, "config_changed", "workqueue") as listener:
+        conn.execute(
+            "INSERT INTO pepsi.config VALUES ('stage-a', 'PARALLELISM', '2'),"
+            " ('stage-a', 'QUEUE_LIMIT', '3')"
+        )
+        assert drain(listener) == [("config_changed", "insert")]
+        conn.execute("UPDATE pepsi.config SET value = '5'")
+        assert drain(listener) == [("config_changed", "update")]
+        conn.execute("DELETE FROM pepsi.config WHERE option = 'QUEUE_LIMIT'")
+        assert drain(listener) == [("config_changed", "delete")]
+        conn.execute("TRUNCATE pepsi.config")
+        assert drain(listener) == [("config_changed", "truncate")]
