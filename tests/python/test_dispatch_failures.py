@@ -44,6 +44,11 @@ def test_crash_fails_head_and_requeues_the_rest(h: Harness, action: str, pattern
         10,
         message=lambda: f"crash counted in stage_stats: {h.stage_stats()}",
     )
+    wait_until(
+        lambda: h.dispatch_stats()["crashes"] == 1,
+        10,
+        message=lambda: f"crash counted in dispatch_stats: {h.dispatch_stats()}",
+    )
     assert d.running()
     assert d.terminate() == 0
 
@@ -175,6 +180,11 @@ def test_retry_cap(h: Harness) -> None:
     assert "retries exhausted" in str(row["state"]), row["state"]
     starts = [r for r in h.wlog().runs if r.wq_id == i]
     assert len(starts) == 3  # first run + 2 retries
+    wait_until(
+        lambda: h.dispatch_stats()["requeued"] == 2,
+        10,
+        message=lambda: f"2 requeues counted: {h.dispatch_stats()}",
+    )
     assert d.terminate() == 0
 
 
@@ -189,6 +199,11 @@ def test_expiry(h: Harness) -> None:
     row = h.row(i)
     assert row["status"] == "expired", row
     assert row["retries"] >= 1
+    wait_until(
+        lambda: h.dispatch_stats()["expired"] == 1,
+        10,
+        message=lambda: f"expiry counted: {h.dispatch_stats()}",
+    )
     assert d.terminate() == 0
 
 

@@ -115,6 +115,11 @@ def test_competing_replicas_process_each_message_once(h: Harness) -> None:
     assert by_dispatcher[str(id1)] > 0 and by_dispatcher[str(id2)] > 0, by_dispatcher
     assert h.overlaps() == []
     assert d1.terminate() == 0 and d2.terminate() == 0
+    # both replicas flushed their deltas; the totals add up
+    ds = h.dispatch_stats()
+    assert ds["messages"] == 2 * n and ds["stage_runs"] == 2 * n, ds
+    ss = h.stage_stats()
+    assert ss["a"]["processed"] == n and ss["b"]["processed"] == n, ss
 
 
 def test_competing_killed_replica_rows_reclaimed(h: Harness) -> None:
