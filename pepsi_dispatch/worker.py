@@ -902,6 +902,11 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
             successors, config_name, _ = _load_graph(args.config, conn)
         except ConfigError as exc:
             return _fail_start(str(exc))
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+            return _fail_start(
+                "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
+                " schema; run 'alembic upgrade head' with PEPSI_DSN set"
+            )
         worker = _Worker(
             handlers,
             stage,

@@ -559,3 +559,11 @@ def test_lost_connection_reconnects_and_redoes_message(dsn, conf, did, workers, 
     assert [row(conn, i)["status"] for i in ids] == ["pending", "done"]
     assert row(conn, ids[0])["stage"] == "b"
     assert b"reconnected" in seen + w.proc.stderr.read()
+
+
+def test_unmigrated_database_exits_2_with_a_hint(empty_dsn, conf, workers):
+    w = start(workers, empty_dsn, conf, None)
+    assert w.close() == 2
+    err = w.stderr()
+    assert "not migrated" in err and "alembic upgrade head" in err
+    assert "Traceback" not in err
