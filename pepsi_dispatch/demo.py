@@ -109,12 +109,12 @@ def progress_line(elapsed: float, counts: dict[tuple[str, str], int], rate: floa
         p = counts.get((stage, "pending"), 0)
         r = counts.get((stage, "running"), 0)
         z = counts.get((stage, "paused"), 0)
-        parts.append(f"{stage} {p:>4}/{r:>3}/{z:>3}")
+        parts.append(f"{stage} {p}/{r}/{z}")
     done = sum(n for (_, status), n in counts.items() if status == "done")
     failed = sum(n for (_, status), n in counts.items() if status in TERMINAL[1:])
     return (
-        f"{elapsed:6.1f}s  " + "  ".join(parts) + f"  | done {done:>5} failed {failed:>4}"
-        f" | {rate:7.0f} msg/s"
+        f"{elapsed:5.1f}s  " + "  ".join(parts) + f"  | done {done} failed {failed}"
+        f" | {rate:.0f} msg/s"
     )
 
 
@@ -209,7 +209,7 @@ def _drive(
     ids = enqueue_many(conn, "fetch", payloads)
     first, last = ids[0], ids[-1]
     _say(f"demo: enqueued {len(ids)} documents at stage fetch in {time.monotonic() - t0:.2f} s")
-    _say("        per stage: pending/running/paused")
+    _say("demo: progress, per stage: pending/running/paused")
     start = time.monotonic()
     deadline = start + timeout
     prev_terminal, prev_t = 0, start
