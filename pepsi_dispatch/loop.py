@@ -271,6 +271,9 @@ class Dispatcher:
         """Seconds until the earliest timer (INF: none)."""
         if self.db_ok and (self.to_release or self.reload_pending):
             return 0.0  # (while the database is away these wait for the reconnect)
+        if self.db_ok and self.claim_needed and not self.shutting_down:
+            if any(p.capacity(now) > 0 for p in self.pools.values()):
+                return 0.0
         t = INF
         if self.db_ok:
             if not self.shutting_down:
@@ -499,9 +502,12 @@ class Dispatcher:
             if pool in self.leftover and not pool.workers:
                 self.leftover.remove(pool)
         ids = list(w.inflight)
-        for wid in ids:
+        for wid in ids + w.undelivered:
             if self.where.get(wid) is w:
                 del self.where[wid]
+        # Never written to the worker (EPIPE): they did not start; release them.
+        self.to_release.extend(w.undelivered)
+        w.undelivered.clear()
         w.inflight.clear()
         expected = w.stopping or self.shutting_down
         if ids and not w.killed and not self.shutting_down:
@@ -637,7 +643,9 @@ class Dispatcher:
         ):
             requeue = self._requeue_args()
         claim = None
-        if self.claim_needed and not self.shutting_down:
+        # With a requeue in the pipeline, claim too: the claim runs after it and
+        # picks up the rows it just made pending, in the same round trip.
+        if (self.claim_needed or requeue) and not self.shutting_down:
             stages, caps = [], []
             for name, pool in self.pools.items():
                 cap = pool.capacity(now)

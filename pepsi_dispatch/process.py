@@ -103,6 +103,8 @@ class Worker:
             os.set_blocking(fd, False)
         #: ids written (or queued to write) and not answered, in order.
         self.inflight: deque[int] = deque()
+        #: ids whose write failed with EPIPE (never reached the worker).
+        self.undelivered: list[int] = []
         #: bytes not yet accepted by the stdin pipe (normally empty).
         self.outbuf = b""
         #: monotonic time the head-of-line id reached the head.
@@ -145,8 +147,10 @@ class Worker:
     def flush_stdin(self) -> bool:
         """Write what is buffered; True when the buffer is empty afterwards.
 
-        A worker that has died shows up as EPIPE here; that is left to the
-        stdout EOF / exit path, which knows what to do with its ids.
+        A worker that has died shows up as EPIPE here. The ids that never
+        reached it (the tail of ``inflight``, one per unwritten line) move to
+        :attr:`undelivered`: they cannot have started, so when the worker is
+        reaped they go back to pending instead of failing as its head of line.
         """
         if self.stdin_fd is None:
             self.outbuf = b""
@@ -156,7 +160,10 @@ class Worker:
                 n = os.write(self.stdin_fd, self.outbuf)
             except BlockingIOError:
                 return False
-            except (BrokenPipeError, OSError):
+            except OSError:  # EPIPE: the reader is gone
+                lost = min(len(self.inflight), self.outbuf.count(b"\n"))
+                for _ in range(lost):
+                    self.undelivered.append(self.inflight.pop())
                 self.outbuf = b""
                 return True
             self.outbuf = self.outbuf[n:]
