@@ -418,7 +418,8 @@ def test_stdout_flood_is_one_protocol_error(
     wait_for(
         lambda: (
             conn.execute(
-                "SELECT status, state->>'dispatch_error' FROM pepsi.workqueue WHERE workqueue_id = %s",
+                "SELECT status, state->>'dispatch_error' FROM pepsi.workqueue"
+                " WHERE workqueue_id = %s",
                 (bad,),
             ).fetchone()
             == ("failed", 'protocol error: worker answered "garbage"')
@@ -435,3 +436,26 @@ def test_stdout_flood_is_one_protocol_error(
         what="other stage unaffected",
     )
     assert d.stop() == 0
+
+
+def test_lock_taken_over_during_reconnect_ends_with_exit_1(
+    dsn: str, conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """Another holder of the advisory lock after a reconnect: workers stopped, exit 1."""
+    from pepsi_dispatch.db import LOCK_KEY
+
+    prog = program("--sleep", "a=30")
+    conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": prog, "PARALLELISM": "1"}})
+    d = served(conf)
+    enqueue(conn, "a", 1)
+    (kid,) = wait_for(lambda: children(d.proc.pid), what="a worker")
+    with psycopg.connect(dsn, autocommit=True) as thief:
+        thief.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'pepsi-dispatch%%'"
+        )
+        # Blocks until the dispatcher's old session is gone, then holds the lock.
+        thief.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        assert d.proc.wait(20) == 1
+    assert "lost the database to another dispatcher" in d.text()
+    wait_for(lambda: not alive(kid), timeout=5, what="worker gone")
