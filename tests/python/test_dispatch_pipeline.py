@@ -179,3 +179,20 @@ def test_info_log_is_quiet_under_load(h: Harness) -> None:
     assert len(lines) < 30, "\n".join(lines[:40])
     text = d.log().lower()
     assert "start" in text and "stop" in text
+
+
+def test_overlay_adds_a_stage_and_odd_stage_names(h: Harness) -> None:
+    odd = "img.resize-2_x"
+    stages = h.pipeline(["a", odd])
+    d = h.start(h.conf(stages))
+    ids = h.enqueue("a", 5)
+    h.wait_all("done", timeout=30)
+    assert {h.row(i)["stage"] for i in ids} == {odd}
+    # a stage only the database overlay defines
+    h.set_config("stage-zeta", "PROGRAM", h.program())
+    h.set_config("stage-zeta", "PARALLELISM", "1")
+    wait_until(lambda: "reload" in d.log().lower(), 10, message="reload logged")
+    z = h.enqueue("zeta", 4)
+    h.wait_all("done", timeout=30, where=f"workqueue_id >= {z[0]}")
+    assert d.running()
+    assert d.terminate() == 0

@@ -180,3 +180,37 @@ def test_dispatcher_connections_killed_under_load(h: Harness) -> None:
     h.wait_all("done", timeout=20, where=f"workqueue_id >= {more[0]}")
     assert h.overlaps() == []
     assert d.terminate() == 0
+
+
+def test_answers_during_database_outage_are_not_lost(
+    own_cluster: tuple[Path, str], tmp_path: Path
+) -> None:
+    """PostgreSQL stopped while workers are mid-message: a crash and a normal answer that
+    arrive during the outage are settled after the reconnect (the crash's head fails, the
+    rest is processed)."""
+    base, dsn = own_cluster
+    h = Harness(tmp_path, dsn)
+    try:
+        conf = h.conf(h.pipeline(["a"], PARALLELISM=2, QUEUE_LIMIT=2))
+        d = h.start(conf)
+        crash, *rest = h.enqueue(
+            "a", [{"do": "sleep:1.5;exit:3"}, {}, {"do": "sleep:1.5;next"}, {}]
+        )
+        wait_until(
+            lambda: len({r.wq_id for r in h.wlog().runs}) >= 2, 20, message="both workers busy"
+        )
+        h.conn.close()
+        embedded.stop(base)
+        time.sleep(3)  # the crash and the answer happen while the database is down
+        embedded.start(base, "pepsi", fast=True)
+        h.conn = psycopg.connect(dsn, autocommit=True)
+        h.wait_all(timeout=90)
+        row = h.row(crash)
+        assert row["status"] == "failed", row
+        assert "3" in str(row["state"].get("dispatch_error")), row["state"]
+        assert [h.row(i)["status"] for i in rest] == ["done"] * 3
+        assert d.running(), d.tail()
+        assert h.overlaps() == []
+        assert d.terminate() == 0
+    finally:
+        h.close()
