@@ -188,10 +188,13 @@ def test_overlay_adds_a_stage_and_odd_stage_names(h: Harness) -> None:
     ids = h.enqueue("a", 5)
     h.wait_all("done", timeout=30)
     assert {h.row(i)["stage"] for i in ids} == {odd}
-    # a stage only the database overlay defines
+    # a stage only the database overlay defines; rows waiting for it are picked up by
+    # the reload itself (no workqueue notification comes after it, POLL_INTERVAL is 60 s)
+    early = h.enqueue("zeta", 3)
     h.set_config("stage-zeta", "PROGRAM", h.program())
     h.set_config("stage-zeta", "PARALLELISM", "1")
     wait_until(lambda: "reload" in d.log().lower(), 10, message="reload logged")
+    h.wait_all("done", timeout=15, where=f"workqueue_id >= {early[0]}")
     z = h.enqueue("zeta", 4)
     h.wait_all("done", timeout=30, where=f"workqueue_id >= {z[0]}")
     assert d.running()
