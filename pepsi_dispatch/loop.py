@@ -33,7 +33,7 @@ from typing import Any
 import psycopg
 
 from .config import Config, ConfigError, apply_overlay, reread_config
-from .db import Database, IterationResult, ids_text
+from .db import Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
 from .process import Worker, describe_exit
@@ -57,10 +57,6 @@ RECONNECT_MAX = 5.0
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
 INF = float("inf")
-
-
-class _Stop(Exception):
-    """Internal: leave the loop (after a fatal condition was handled)."""
 
 
 class Dispatcher:
@@ -700,7 +696,7 @@ class Dispatcher:
         if result.claimed:
             self._place(result.claimed, now)
 
-    def _requeued(self, r: Any, now: float) -> None:
+    def _requeued(self, r: Requeue, now: float) -> None:
         self.last_requeue = now
         self.requeue_dirty = False
         if r.next_due_in is None:

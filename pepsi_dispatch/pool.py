@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+from .config import StageConfig
 from .process import Worker
 
 log = logging.getLogger(__name__)
@@ -28,10 +29,10 @@ COOLDOWN_MAX = 60.0
 class StagePool:
     """The workers of one stage and its spawn cooldown."""
 
-    def __init__(self, config: object, generation: int) -> None:
-        """``config`` is a :class:`pepsi_dispatch.config.StageConfig`."""
+    def __init__(self, config: StageConfig, generation: int) -> None:
+        """A pool for the stage ``config`` describes (no workers yet)."""
         self.config = config
-        self.name: str = config.name  # type: ignore[attr-defined]
+        self.name = config.name
         self.generation = generation
         self.workers: list[Worker] = []
         #: monotonic time until which no worker is spawned (0 = none).
@@ -41,15 +42,18 @@ class StagePool:
     # -- numbers --------------------------------------------------------------
     @property
     def parallelism(self) -> int:
-        return self.config.parallelism  # type: ignore[attr-defined]
+        """PARALLELISM: most workers at once (retiring ones included)."""
+        return self.config.parallelism
 
     @property
     def queue_limit(self) -> int:
-        return self.config.queue_limit  # type: ignore[attr-defined]
+        """QUEUE_LIMIT: most unanswered ids on one worker."""
+        return self.config.queue_limit
 
     @property
     def max_messages(self) -> int:
-        return self.config.max_messages  # type: ignore[attr-defined]
+        """MAX_MESSAGES: ids one worker gets before it is recycled."""
+        return self.config.max_messages
 
     def room(self, w: Worker) -> int:
         """How many more ids ``w`` may take now."""
