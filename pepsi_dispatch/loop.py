@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 #: paused a row; pausing does not notify). A pause of 2 s is thus retried on
 #: time: its due time is learned within a second of the pause.
 REQUEUE_AFTER_ANSWERS = 1.0
+#: Requeue summaries at INFO at most this often.
+REQUEUE_LOG_EVERY = 60.0
 #: Flush stats on going idle at most this often.
 IDLE_FLUSH_MIN = 1.0
 #: A worker whose stdout reached EOF but which has not exited is SIGKILLed after this.
@@ -85,6 +87,8 @@ class Dispatcher:
         # Flags and timers (monotonic seconds).
         self.claim_needed = True
         self.requeue_dirty = False
+        self._requeue_sums = [0, 0, 0]
+        self._requeue_logged = -INF
         self.requeue_at = 0.0
         self.last_requeue = -INF
         self.next_heartbeat = 0.0
@@ -711,12 +715,32 @@ class Dispatcher:
             self.stats.requeued += r.requeued
             self.stats.expired += r.expired
             self.claim_needed = True
+            # One INFO line per minute at most (the first one at once): a stage
+            # that pauses a lot would otherwise log every second all hour.
+            sums = self._requeue_sums
+            sums[0] += r.requeued
+            sums[1] += r.exhausted
+            sums[2] += r.expired
+            if now - self._requeue_logged >= REQUEUE_LOG_EVERY:
+                self._log_requeues(now)
+            else:
+                log.debug(
+                    "paused rows due: %d requeued, %d exhausted, %d expired",
+                    r.requeued,
+                    r.exhausted,
+                    r.expired,
+                )
+
+    def _log_requeues(self, now: float) -> None:
+        sums = self._requeue_sums
+        if any(sums):
             log.info(
-                "paused rows due: %d requeued, %d failed (retries exhausted), %d expired",
-                r.requeued,
-                r.exhausted,
-                r.expired,
+                "paused rows due%s: %d requeued, %d failed (retries exhausted), %d expired",
+                "" if self._requeue_logged == -INF else " since the last such line",
+                *sums,
             )
+        self._requeue_sums = [0, 0, 0]
+        self._requeue_logged = now
 
     def _place(self, claimed: list[tuple[int, str]], now: float) -> None:
         """Hand claimed ids to workers, one write per worker; release what finds no place."""
@@ -936,6 +960,7 @@ class Dispatcher:
 
     def _finish_shutdown(self) -> int:
         """All workers are gone: settle owed writes, release held rows, flush, unregister."""
+        self._log_requeues(time.monotonic())
         deadline = time.monotonic() + max(self.dc.shutdown_timeout, 1.0)
         while True:
             now = time.monotonic()
