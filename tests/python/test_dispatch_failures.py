@@ -4,11 +4,18 @@ a PROGRAM that does not exist, and the retry policy (paused rows, retry cap, exp
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
 import pytest
-from dispatch_harness import Harness, harness_fixture, pid_alive, wait_until  # noqa: F401
+from dispatch_harness import (  # noqa: F401
+    Harness,
+    harness_fixture,
+    pid_alive,
+    proc_cmdline,
+    wait_until,
+)
 
 
 def error_of(row: dict) -> str:
@@ -296,3 +303,27 @@ def test_earlier_pause_rearms_the_retry_timer(h: Harness) -> None:
     late = (h.row(a)["updated_at"] - due_a).total_seconds()
     assert 0 <= late <= 1.5, f"A retried {late:.2f} s after its due time"
     assert d.terminate() == 0
+
+
+def test_crash_detected_while_a_grandchild_holds_the_pipes(h: Harness) -> None:
+    # the worker dies, but a process it forked keeps its stdout/stderr open for 30 s:
+    # the crash must be seen from the exit, not from EOF on the pipes
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=3)))
+    t0 = time.monotonic()
+    head, *rest = h.enqueue("a", [{"do": "fork_exit:3"}, {}, {}])
+    try:
+        h.wait_all(timeout=20)
+        took = time.monotonic() - t0
+        row = h.row(head)
+        assert row["status"] == "failed", row
+        assert re.search(r"\b3\b", error_of(row)), error_of(row)
+        assert [h.row(i)["status"] for i in rest] == ["done", "done"]
+        assert took < 10, f"crash noticed only after {took:.1f} s"
+        assert d.running()
+        assert d.terminate() == 0
+    finally:
+        for line in h.worker_log.read_text().splitlines():
+            if line.startswith("GRANDCHILD "):
+                gc = int(line.split()[2])
+                if pid_alive(gc) and "scripted_worker" in " ".join(proc_cmdline(gc)):
+                    os.kill(gc, 9)

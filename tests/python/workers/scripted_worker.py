@@ -15,6 +15,7 @@ ACTIONS is a list, or a string of actions separated by ";". Actions run in order
   sqlfail            pepsi.fail(..., 'scripted'), answer 0
   exit:N             exit with code N without answering (crash)
   segv               kill itself with SIGSEGV (crash by signal)
+  fork_exit:N        fork a child that keeps stdout/stderr open for 30 s, then exit N
   hang               sleep forever without answering
   garbage            answer a line that is not a protocol answer
   leave_running      answer 0 without any transition
@@ -259,6 +260,15 @@ def main() -> int:
                 reply = "this is not an answer"
             elif name == "exit":
                 log("EXIT", os.getpid(), f"exit:{arg}")
+                os._exit(int(arg))
+            elif name == "fork_exit":
+                # leave a grandchild holding our stdout/stderr open, then exit N
+                child = os.fork()
+                if child == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                log("GRANDCHILD", os.getpid(), child)
+                log("EXIT", os.getpid(), f"fork_exit:{arg}")
                 os._exit(int(arg))
             elif name == "segv":
                 log("EXIT", os.getpid(), "segv")
