@@ -112,3 +112,36 @@ def test_root_drops_to_service_user(h: Harness) -> None:
         assert d.terminate() == 0
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_bad_graph_in_file_refused_with_one_line(h: Harness) -> None:
+    conf = h.conf({"a": {"PROGRAM": h.program(), "NEXT": "ghost"}})
+    d = h.start(conf, wait=False)
+    assert d.wait_exit(30) == 2
+    lines = [ln for ln in d.log().splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert "ghost" in lines[0] and str(conf) in lines[0], lines[0]
+    assert "Traceback" not in d.log()
+
+
+def test_unmigrated_database_refused_with_one_line(h: Harness, empty_dsn: str) -> None:
+    d = h.start(h.conf(h.pipeline(["a"])), wait=False, dsn=empty_dsn)
+    rc = d.wait_exit(30)
+    assert rc in (1, 2), d.log()
+    lines = [ln for ln in d.log().splitlines() if ln.strip() and "WARNING" not in ln]
+    assert len(lines) == 1, lines
+    assert "Traceback" not in d.log()
+
+
+def test_processing_seconds_plausible(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=4)))
+    h.enqueue("a", [{"do": "sleep:0.3;next"} for _ in range(8)])
+    h.wait_all("done", timeout=30)
+    ss = wait_until(
+        lambda: h.stage_stats().get("a", {}).get("processed") == 8 and h.stage_stats(),
+        10,
+        message=lambda: str(h.stage_stats()),
+    )
+    secs = ss["a"]["processing_seconds"]
+    assert 8 * 0.3 <= secs <= 8 * 0.3 + 3, f"processing_seconds {secs} for 8 x 0.3 s"
+    assert d.terminate() == 0
