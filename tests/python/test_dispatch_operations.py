@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import tempfile
 import time
@@ -131,6 +132,8 @@ def test_unmigrated_database_refused_with_one_line(h: Harness, empty_dsn: str) -
     lines = [ln for ln in d.log().splitlines() if ln.strip() and "WARNING" not in ln]
     assert len(lines) == 1, lines
     assert "Traceback" not in d.log()
+    # a clear line says what to do, like the worker SDK's
+    assert re.search(r"migrat|alembic", lines[0], re.I), lines[0]
 
 
 def test_processing_seconds_plausible(h: Harness) -> None:
