@@ -35,6 +35,7 @@ from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,15 @@ CHANNELS: Final = ("workqueue", "config_changed")
 TRANSIENT: Final = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
 #: Errors that mean "the connection is gone"; the loop reconnects.
 CONNECTION_LOST: Final = (psycopg.OperationalError, psycopg.InterfaceError)
+
+#: libpq keepalive settings added unless the DSN sets them (ignored on Unix sockets).
+KEEPALIVES: Final = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+SQL_SESSION_TIMEOUTS: Final = "SET statement_timeout = '60s'; SET lock_timeout = '10s'"
 
 # -- the calls (function names are part of SPEC §2) ---------------------------
 SQL_TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
@@ -146,12 +156,25 @@ class Database:
 
     # -- connections -----------------------------------------------------------
     def connect(self) -> None:
-        """Open both connections (closing any old ones first)."""
+        """Open both connections (closing any old ones first).
+
+        The loop is single-threaded, so a statement that never returns would
+        freeze it -- and with it every worker, once their stdout pipes fill.
+        Hence TCP keepalives (a silently dead server is noticed in about a
+        minute, not after the kernel's two hours; DSN settings win) and, on
+        the work connection, statement and lock timeouts: a claim stuck behind
+        a DBA's lock fails after 10 s, the loop reconnects with backoff and
+        keeps serving answers meanwhile.
+        """
         self.close()
-        self.listen = psycopg.connect(self.dsn, autocommit=True, application_name="pepsi-dispatch")
-        self.work = psycopg.connect(
-            self.dsn, autocommit=True, application_name="pepsi-dispatch work"
+        extra = {k: v for k, v in KEEPALIVES.items() if k not in conninfo_to_dict(self.dsn)}
+        self.listen = psycopg.connect(
+            self.dsn, autocommit=True, application_name="pepsi-dispatch", **extra
         )
+        self.work = psycopg.connect(
+            self.dsn, autocommit=True, application_name="pepsi-dispatch work", **extra
+        )
+        self.work.execute(SQL_SESSION_TIMEOUTS)
 
     def close(self) -> None:
         """Close both connections, ignoring errors (they may already be dead)."""
