@@ -199,26 +199,38 @@ class Database:
         return bool(row and row[0])
 
     def lock_holders(self) -> str:
-        """Who holds the database, for the "already served" message (best effort)."""
+        """Who holds the database, for the "already served" message (best effort).
+
+        The registry can still list a dispatcher that was killed (its row
+        goes only after ORPHAN_TIMEOUT), so: competing replicas if any are
+        registered, else only the newest registration -- a single dispatcher
+        registers after taking the lock, so the newest one is the holder.
+        """
         try:
             assert self.work is not None
             with self.work.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(SQL_DISPATCHERS).fetchall()
+                now = cur.execute("SELECT now()").fetchone()["now"]  # type: ignore[index]
         except psycopg.Error:
             return "an unregistered dispatcher"
         if not rows:
             return "a dispatcher that has not registered yet"
+        rows.sort(key=lambda r: r.get("started_at") or datetime.min, reverse=True)
+        competing = [r for r in rows if r.get("competing")]
+        shown = competing or rows[:1]
         parts = []
-        for r in rows:
-            host = r.get("hostname") or r.get("host") or "?"
-            pid = r.get("pid", "?")
+        for r in shown:
+            host = r.get("hostname") or "?"
+            mode = "competing replica" if r.get("competing") else "dispatcher"
+            text = f"{mode} {r.get('dispatcher_id', '?')} on {host} pid {r.get('pid', '?')}"
             started = r.get("started_at")
-            mode = " competing" if r.get("competing") else ""
-            text = f"dispatcher {r.get('dispatcher_id', '?')}{mode} on {host} pid {pid}"
             if isinstance(started, datetime):
                 text += f" since {started.isoformat(timespec='seconds')}"
+            beat = r.get("heartbeat_at")
+            if isinstance(beat, datetime) and isinstance(now, datetime):
+                text += f", last heartbeat {(now - beat).total_seconds():.0f} s ago"
             parts.append(text)
-        return ", ".join(parts)
+        return "; ".join(parts)
 
     def start_listening(self) -> None:
         """LISTEN on both channels (on the listen connection)."""
