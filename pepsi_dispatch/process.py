@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import logging
 import os
 import shlex
@@ -28,6 +29,9 @@ READ_CHUNK = 65536
 #: stderr lines longer than this are cut before they reach the log.
 MAX_STDERR_LINE = 8192
 
+#: stderr pipe capacity asked for (see Worker.__init__).
+STDERR_PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PR_SET_PDEATHSIG = 1
 try:
     _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -101,6 +105,13 @@ class Worker:
         self.stderr_fd: int | None = self.proc.stderr.fileno()
         for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
             os.set_blocking(fd, False)
+        # stderr is drained whenever the loop is not inside a database call;
+        # a 1 MiB pipe (Linux default 64 KiB) lets a flood continue through
+        # such a call without the worker ever blocking on a write.
+        try:
+            fcntl.fcntl(self.stderr_fd, _F_SETPIPE_SZ, STDERR_PIPE_SIZE)
+        except OSError:
+            pass  # above /proc/sys/fs/pipe-max-size: keep the default
         #: ids written (or queued to write) and not answered, in order.
         self.inflight: deque[int] = deque()
         #: ids whose write failed with EPIPE (never reached the worker).
