@@ -329,7 +329,7 @@ class Database:
         dispatcher_id: int,
         errors: Sequence[tuple[int, str, str]],
         answered: Sequence[int],
-        requeue: tuple[list[str], list[int], int, float] | None,
+        requeue: tuple[list[str], list[int], int, float | None] | None,
         claim: tuple[list[str], list[int]] | None,
     ) -> IterationResult:
         """One loop iteration's writes, pipelined: all or nothing.

@@ -683,10 +683,12 @@ class Dispatcher:
             self._after_iteration(result, now)
         self._maybe_flush(now)
 
-    def _requeue_args(self) -> tuple[list[str], list[int], int, float]:
+    def _requeue_args(self) -> tuple[list[str], list[int], int, float | None]:
         stages = list(self.pools)
         retries = [self.pools[s].config.max_retries for s in stages]
-        return (stages, retries, 10, self.dc.expiry)
+        # Rows of stages no longer configured get the default cap (10).
+        # EXPIRY = 0 means "never expire" (NULL), not "expire everything at once".
+        return (stages, retries, 10, self.dc.expiry if self.dc.expiry > 0 else None)
 
     def _after_iteration(self, result: IterationResult, now: float) -> None:
         for wid, stage in result.left_running:
