@@ -379,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         help="enqueue while the dispatcher runs (no ANALYZE first; clock from the first enqueue)",
     )
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the workers N times, interleaved; medians"
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
@@ -392,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             f"throughput: {args.messages} messages through {args.stages} no-op stages,"
             f" PARALLELISM={args.parallelism} QUEUE_LIMIT={args.queue_limit}"
         )
-        for worker in workers:
+        results: dict[str, list[dict[str, float]]] = {w: [] for w in workers}
+        for worker in [w for _ in range(args.repeat) for w in workers]:  # interleaved
             r = throughput(
                 dsn,
                 worker,
@@ -407,8 +411,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {worker:<7} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
                 f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
                 f" stage_runs {r['stage_runs']}, not done {r['failed']},"
-                f" dispatcher exit {r['exit']})"
+                f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
             )
+            results[worker].append(r)
+        if args.repeat > 1:
+            _say(f"  median of {args.repeat} interleaved runs:")
+            for worker, rs in results.items():
+                _say(
+                    f"  {worker:<7} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
+                    f" messages/s  {statistics.median(x['runs_per_s'] for x in rs):8.0f}"
+                    " stage runs/s"
+                )
     if args.latency > 0:
         r = latency(dsn, args.latency, 30)
         _say(
