@@ -199,3 +199,16 @@ def test_overlay_adds_a_stage_and_odd_stage_names(h: Harness) -> None:
     h.wait_all("done", timeout=30, where=f"workqueue_id >= {z[0]}")
     assert d.running()
     assert d.terminate() == 0
+
+
+def test_trickle_is_packed_onto_one_worker(h: Harness) -> None:
+    # a message every 0.15 s, each takes ~0.1 s: one or two in flight, and one worker
+    # holds four: one worker is enough
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=4, QUEUE_LIMIT=4), WORKER_IDLE_TIMEOUT="10 s"))
+    for _ in range(20):
+        h.enqueue("a", [{"do": "sleep:0.1;next"}])
+        time.sleep(0.15)
+    h.wait_all("done", timeout=30)
+    log = h.wlog()
+    assert len(log.spawns) == 1, f"{len(log.spawns)} workers for a trickle one worker can carry"
+    assert d.terminate() == 0
