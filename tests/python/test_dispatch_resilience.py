@@ -4,7 +4,9 @@ a PostgreSQL restart under load (own throwaway cluster), and competing mode.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -214,3 +216,58 @@ def test_answers_during_database_outage_are_not_lost(
         assert d.terminate() == 0
     finally:
         h.close()
+
+
+def test_competing_stalled_replica_is_fenced(h: Harness) -> None:
+    """A replica frozen (SIGSTOP) past ORPHAN_TIMEOUT loses its rows to the survivor; its
+    workers, still running, can only make late writes, which the fencing token turns into
+    no-ops. After it thaws nothing is failed, lost or left running."""
+    conf = competing_conf(h, ["a"])
+    d1 = h.start(conf)
+    d2 = h.start(conf)
+    id1 = d1.dispatcher_id(h.conn)
+    n = 40
+    h.enqueue("a", [{"do": "sleep:0.5;next"} for _ in range(n)])
+    wait_until(lambda: running_rows(h, id1) >= 2, 20, message="the first replica holds rows")
+    held = h.conn.execute(
+        "SELECT array_agg(workqueue_id) FROM pepsi.workqueue"
+        " WHERE status = 'running' AND dispatcher_id = %s",
+        (id1,),
+    ).fetchone()[0]
+    os.kill(d1.pid, signal.SIGSTOP)
+    try:
+        # the survivor takes them over after ORPHAN_TIMEOUT (3 s) and finishes them
+        wait_until(
+            lambda: h.conn.execute(
+                "SELECT bool_and(status = 'done') FROM pepsi.workqueue"
+                " WHERE workqueue_id = ANY(%s)",
+                (held,),
+            ).fetchone()[0],
+            30,
+            message=lambda: f"rows of the frozen replica finished by the survivor: {h.counts()}",
+        )
+    finally:
+        os.kill(d1.pid, signal.SIGCONT)
+    counts = h.wait_all(timeout=60)
+    assert counts == {"done": n}, counts
+    time.sleep(2)  # the thawed replica settles its stale answers
+    assert h.counts() == {"done": n}, h.counts()
+    assert running_rows(h) == 0
+    assert d2.running(), d2.tail()
+    # after the thaw: whether the stale replica re-registers or steps down, new work is
+    # still processed exactly once (a stale replica claiming under a removed id would have
+    # its rows reset under its workers by the survivor)
+    registered = h.conn.execute("SELECT dispatcher_id FROM pepsi.dispatchers ORDER BY 1").fetchall()
+    print(
+        "thawed replica:",
+        "running" if d1.running() else f"exited {d1.proc.returncode}",
+        "registered:",
+        registered,
+    )
+    more = h.enqueue("a", [{"do": "sleep:0.2;next"} for _ in range(40)])
+    h.wait_all(timeout=60)
+    assert h.counts() == {"done": n + 40}, h.counts()
+    runs = Counter(r.wq_id for r in h.wlog().runs if r.wq_id >= more[0])
+    twice = {i: c for i, c in runs.items() if c != 1}
+    assert not twice, f"processed more than once after the thaw: {twice}"
+    assert [p for p in h.overlaps() if p[0].wq_id >= more[0]] == []
