@@ -146,6 +146,12 @@ class Dispatcher:
             raise FatalError(f"database error during start-up: {_one_line(exc)}") from None
         if n:
             log.info("reset %d orphaned running row(s) to pending", n)
+        if self.dc.db_pool_size < 2:
+            log.warning(
+                "DB_POOL_SIZE = %d, but the dispatcher needs its 2 connections"
+                " (LISTEN + work); using 2",
+                self.dc.db_pool_size,
+            )
         self.db_ok = True
         self._watch_listen()
         self._build_pools(self.config)
