@@ -327,3 +327,16 @@ def test_crash_detected_while_a_grandchild_holds_the_pipes(h: Harness) -> None:
                 gc = int(line.split()[2])
                 if pid_alive(gc) and "scripted_worker" in " ".join(proc_cmdline(gc)):
                     os.kill(gc, 9)
+
+
+def test_hang_behind_the_head_times_out_after_reaching_it(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=3), MAX_RUNTIME="1 s"))
+    first, hung, last = h.enqueue("a", [{"do": "sleep:0.8;next"}, {"do": "hang"}, {}])
+    h.wait_all(timeout=30)
+    assert [h.row(i)["status"] for i in (first, hung, last)] == ["done", "timeout", "done"]
+    log = h.wlog()
+    (hung_run,) = log.runs_of(hung)
+    (last_run,) = log.runs_of(last)
+    assert last_run.pid != hung_run.pid  # requeued to a new worker, not run by the hung one
+    assert h.overlaps() == []
+    assert d.terminate() == 0
