@@ -186,6 +186,11 @@ class Database:
                     pass
         self.listen = self.work = None
 
+    def dbname(self) -> str:
+        """Name of the database connected to (for messages)."""
+        conn = self.work or self.listen
+        return conn.info.dbname if conn is not None else "?"
+
     def listen_fileno(self) -> int:
         """Socket of the listen connection, for the selector."""
         assert self.listen is not None

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerrors
 
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import Database, IterationResult, Requeue, ids_text
@@ -142,6 +143,11 @@ class Dispatcher:
             # LISTEN before the first claim: nothing enqueued after this is missed.
             self.db.start_listening()
             n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
+        except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
+            raise UsageError(
+                f"database {self.db.dbname()!r} has no (current) pepsi schema:"
+                " run 'alembic upgrade head' with PEPSI_DSN set to it"
+            ) from None
         except psycopg.Error as exc:
             raise FatalError(f"database error during start-up: {_one_line(exc)}") from None
         if n:
