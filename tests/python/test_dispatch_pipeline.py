@@ -88,6 +88,9 @@ def test_packing_idle_reap_and_recycle(h: Harness) -> None:
     h.wait_all("done", timeout=30)
     log = h.wlog()
     assert len({r.pid for r in log.runs if r.wq_id in ids}) == 1, log.runs
+    # ... written to its stdin in one write: the worker read all three in one read()
+    recv = {r.start for r in log.holds if r.wq_id in ids}
+    assert len(recv) == 1, f"the ids reached the worker in {len(recv)} reads"
     # idle workers stop after WORKER_IDLE_TIMEOUT
     wait_until(lambda: not d.workers().get("a"), 15, message="idle workers reaped")
     assert d.running()
