@@ -305,7 +305,12 @@ class Dispatcher:
         for w in self._all_workers():
             if w.inflight:
                 busy = True
-                if not w.killed:
+                if w.killed:
+                    pass
+                elif not w.reading:
+                    # Poll for its first read (see Worker.has_read) every 20 ms.
+                    t = min(t, now + 0.02, w.first_given + self.dc.max_runtime)
+                else:
                     t = min(t, w.head_since + self.dc.max_runtime)
             elif not w.stopping:
                 t = min(t, w.idle_since + idle_timeout)
@@ -357,6 +362,7 @@ class Dispatcher:
         """Process answer lines of ``w`` in order (SPEC §5)."""
         if w.killed:
             return  # its in-flight list is being torn down; answers no longer map to ids
+        w.reading = True
         stats = self.stats
         pool = self._pool_of(w)
         debug = log.isEnabledFor(logging.DEBUG)
@@ -591,6 +597,23 @@ class Dispatcher:
         idle_timeout = self.dc.worker_idle_timeout
         for w in self._all_workers():
             if w.killed:
+                continue
+            if w.inflight and not w.reading:
+                # Not started yet: the head's clock starts when it reads its input.
+                if w.has_read():
+                    w.head_since = now
+                elif now - w.first_given >= max_runtime:
+                    log.warning(
+                        "stage %s worker pid %d read none of its input within MAX_RUNTIME"
+                        " (%g s) of being started; killing it",
+                        w.stage,
+                        w.pid,
+                        max_runtime,
+                    )
+                    self._kill(w, now)
+                    pool = self._pool_of(w)
+                    if pool is not None:
+                        pool.start_cooldown(now, f"worker pid {w.pid} never started reading")
                 continue
             if w.inflight and now - w.head_since >= max_runtime:
                 head = w.inflight.popleft()

@@ -16,7 +16,9 @@ import logging
 import os
 import shlex
 import signal
+import struct
 import subprocess
+import termios
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -116,6 +118,11 @@ class Worker:
         self.inflight: deque[int] = deque()
         #: ids whose write failed with EPIPE (never reached the worker).
         self.undelivered: list[int] = []
+        #: bytes written to stdin in its life; whether it has read any of them yet;
+        #: when it was first given ids (the start-up watchdog counts from there).
+        self.written = 0
+        self.reading = False
+        self.first_given = 0.0
         #: bytes not yet accepted by the stdin pipe (normally empty).
         self.outbuf = b""
         #: monotonic time the head-of-line id reached the head.
@@ -146,6 +153,8 @@ class Worker:
         """Append ``ids`` to the pipeline: one write of ``"id\\n"`` lines."""
         if not self.inflight:
             self.head_since = now
+        if not self.first_given:
+            self.first_given = now
         self.inflight.extend(ids)
         self.sent += len(ids)
         data = ("\n".join(map(str, ids)) + "\n").encode()
@@ -177,8 +186,30 @@ class Worker:
                     self.undelivered.append(self.inflight.pop())
                 self.outbuf = b""
                 return True
+            self.written += n
             self.outbuf = self.outbuf[n:]
         return True
+
+    def has_read(self) -> bool:
+        """Has the worker read anything from stdin yet (is it up and running)?
+
+        A fresh worker spends its start-up (interpreter, imports, connect:
+        0.3-1 s for a Python worker on a loaded 2-core box) before reading its
+        first id; that time must not count against the first message's
+        MAX_RUNTIME. FIONREAD on the pipe's write end tells how many written
+        bytes are still unread.
+        """
+        if self.reading:
+            return True
+        if self.stdin_fd is None or not self.written:
+            return False
+        try:
+            unread = struct.unpack("i", fcntl.ioctl(self.stdin_fd, termios.FIONREAD, b"\0" * 4))[0]
+        except OSError:
+            return False
+        if unread < self.written:
+            self.reading = True
+        return self.reading
 
     # -- reading ----------------------------------------------------------------
     def read_answers(self) -> list[bytes] | None:
