@@ -111,3 +111,28 @@ def test_competing_replica_killed_mid_pipeline(h: Harness) -> None:
     ).fetchone()[0]
     assert done_c == n
     assert d2.terminate() == 0 and d3.terminate() == 0
+
+
+def test_kill9_storm(h: Harness) -> None:
+    """kill -9 at random moments (right after start, mid-claim, mid-answer) many times."""
+    conf = h.conf(h.pipeline(["a", "b", "c"], PARALLELISM=3, QUEUE_LIMIT=4))
+    n = 1500
+    h.enqueue("a", n)
+    rnd = random.Random(5)
+    for _ in range(8):
+        d = h.start(conf)
+        time.sleep(rnd.uniform(0.05, 0.8))
+        d.workers()
+        did = str(d.dispatcher_id(h.conn))
+        d.kill9()
+
+        def survivors(d=d, did=did):
+            spawned = {p for p, sp in h.wlog().spawns.items() if sp[1] == did}
+            return [p for p in spawned | d.seen_workers if pid_alive(p)]
+
+        wait_until(lambda s=survivors: not s(), 5, message=lambda s=survivors: f"alive: {s()}")
+    d = h.start(conf)
+    counts = h.wait_all(timeout=120)
+    assert counts == {"done": n}, counts
+    assert h.overlaps() == []
+    assert d.terminate() == 0
