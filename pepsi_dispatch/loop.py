@@ -53,6 +53,10 @@ REQUEUE_LOG_EVERY = 60.0
 IDLE_FLUSH_MIN = 1.0
 #: A worker whose stdout reached EOF but which has not exited is SIGKILLed after this.
 EOF_GRACE = 2.0
+#: A worker must read its first input within max(MAX_RUNTIME, this) of being
+#: given it, else it is killed as hung in start-up. Never less than 30 s: a
+#: tight MAX_RUNTIME must not kill every worker of a slow-starting stage.
+STARTUP_MIN = 30.0
 #: Reconnect backoff (seconds): first, cap.
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 5.0
@@ -309,7 +313,8 @@ class Dispatcher:
                     pass
                 elif not w.reading:
                     # Poll for its first read (see Worker.has_read) every 20 ms.
-                    t = min(t, now + 0.02, w.first_given + self.dc.max_runtime)
+                    limit = max(self.dc.max_runtime, STARTUP_MIN)
+                    t = min(t, now + 0.02, w.first_given + limit)
                 else:
                     t = min(t, w.head_since + self.dc.max_runtime)
             elif not w.stopping:
@@ -594,6 +599,7 @@ class Dispatcher:
                 self.claim_needed = True
                 log.info("stage %s: cooldown over, starting workers again", pool.name)
         max_runtime = self.dc.max_runtime
+        startup_limit = max(max_runtime, STARTUP_MIN)
         idle_timeout = self.dc.worker_idle_timeout
         for w in self._all_workers():
             if w.killed:
@@ -602,13 +608,13 @@ class Dispatcher:
                 # Not started yet: the head's clock starts when it reads its input.
                 if w.has_read():
                     w.head_since = now
-                elif now - w.first_given >= max_runtime:
+                elif now - w.first_given >= startup_limit:
                     log.warning(
-                        "stage %s worker pid %d read none of its input within MAX_RUNTIME"
-                        " (%g s) of being started; killing it",
+                        "stage %s worker pid %d read none of its input within %g s"
+                        " of being started; killing it",
                         w.stage,
                         w.pid,
-                        max_runtime,
+                        startup_limit,
                     )
                     self._kill(w, now)
                     pool = self._pool_of(w)

@@ -459,3 +459,19 @@ def test_lock_taken_over_during_reconnect_ends_with_exit_1(
         assert d.proc.wait(20) == 1
     assert "lost the database to another dispatcher" in d.text()
     wait_for(lambda: not alive(kid), timeout=5, what="worker gone")
+
+
+def test_worker_start_up_is_not_charged_to_max_runtime(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """1.5 s of start-up, 0.3 s per message, MAX_RUNTIME 1 s: nothing times out."""
+    prog = program("--startup-delay", "1.5", "--sleep", "a=0.3")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {"a": {"PROGRAM": prog, "PARALLELISM": "1", "QUEUE_LIMIT": "2"}},
+        {"MAX_RUNTIME": "1 s"},
+    )
+    d = served(conf)
+    enqueue(conn, "a", 3)
+    wait_for(lambda: counts(conn) == {"done": 3}, what="3 rows done")
+    assert d.stop() == 0

@@ -2,7 +2,7 @@
 
 Usage (as PROGRAM): ``python basic_worker.py [--next A=B ...] [--fuse A=B,C]
 [--sleep-before-answer STAGE=SECONDS] [--sleep STAGE=SECONDS] [--env-file FILE]
-[-c CONFIG] worker``
+[--startup-delay SECONDS] [-c CONFIG] worker``
 
 For each id read from stdin: sleep (``--sleep``), advance the row to the
 stage's successor (``--next``) or finish it, sleep again
@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--sleep", action="append", default=[])
     parser.add_argument("--sleep-before-answer", action="append", default=[])
     parser.add_argument("--env-file")
+    parser.add_argument("--startup-delay", type=float, default=0.0)
     parser.add_argument("-c", dest="config")
     parser.add_argument("command")
     args = parser.parse_args()
@@ -48,6 +49,7 @@ def main() -> int:
         with open(args.env_file, "a") as f:
             env = {k: v for k, v in os.environ.items() if k.startswith("PEPSI_")}
             f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "env": env}) + "\n")
+    time.sleep(args.startup_delay)  # a slow start-up, before reading any input
     conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
     for line in sys.stdin:
         wid = int(line)
