@@ -340,3 +340,14 @@ def test_hang_behind_the_head_times_out_after_reaching_it(h: Harness) -> None:
     assert last_run.pid != hung_run.pid  # requeued to a new worker, not run by the hung one
     assert h.overlaps() == []
     assert d.terminate() == 0
+
+
+def test_slow_worker_start_does_not_count_against_max_runtime(h: Harness) -> None:
+    # the worker takes 2 s before it reads stdin; MAX_RUNTIME 1 s runs from the read
+    stages = h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=2)
+    stages["a"]["PROGRAM"] += " --startup-delay 2"
+    d = h.start(h.conf(stages, MAX_RUNTIME="1 s"))
+    ids = h.enqueue("a", [{"do": "sleep:0.3;next"}, {"do": "sleep:0.3;next"}])
+    h.wait_all(timeout=30)
+    assert [h.row(i)["status"] for i in ids] == ["done", "done"]
+    assert d.terminate() == 0

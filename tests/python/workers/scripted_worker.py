@@ -156,6 +156,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log")
     parser.add_argument("--next", action="append", default=[], help="STAGE=SUCCESSOR")
+    parser.add_argument(
+        "--startup-delay",
+        type=float,
+        default=0.0,
+        help="seconds to sleep before reading stdin (a slow start)",
+    )
     parser.add_argument("-c", dest="config")
     parser.add_argument("command", nargs="?")
     args = parser.parse_args()
@@ -184,6 +190,7 @@ def main() -> int:
 
     conn = DB()
     conn.query("SELECT 1")
+    time.sleep(args.startup_delay)
     inp = Input()
     while not stop:
         line = inp.next_line()
