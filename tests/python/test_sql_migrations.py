@@ -158,5 +158,5 @@ def test_head_base_head_leaves_no_stray_objects(empty_dsn: str) -> None:
 def test_offline_sql_script_matches_the_online_migration(tmp_path: Path) -> None:
     """`alembic upgrade head --sql` gives DBAs a script psql can apply."""
     out = alembic("postgresql:///unused", "upgrade", "head", "--sql")
-    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 2  # v1, then v2
+    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 3  # v1, v2, v3
     assert "CREATE SCHEMA pepsi;" in out
