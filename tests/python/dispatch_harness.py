@@ -530,9 +530,15 @@ class Harness:
     # -- teardown
 
     def close(self) -> None:
-        self.watcher.stop()
-        for d in self.dispatchers:
-            d.cleanup()
+        try:
+            self.watcher.stop()
+        finally:
+            for d in self.dispatchers:
+                try:
+                    d.cleanup()
+                except Exception:  # noqa: BLE001 - go on stopping the others
+                    if d.running():
+                        os.kill(d.pid, signal.SIGKILL)
         # Test workers that outlived everything (they must not): end them, by pid,
         # only when they are still our scripted workers.
         for pid in {

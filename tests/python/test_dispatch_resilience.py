@@ -271,3 +271,33 @@ def test_competing_stalled_replica_is_fenced(h: Harness) -> None:
     twice = {i: c for i, c in runs.items() if c != 1}
     assert not twice, f"processed more than once after the thaw: {twice}"
     assert [p for p in h.overlaps() if p[0].wq_id >= more[0]] == []
+
+
+def test_sigterm_while_database_is_down(own_cluster: tuple[Path, str], tmp_path: Path) -> None:
+    """SIGTERM during a database outage: the dispatcher still ends in bounded time (it
+    cannot release its rows), and the next start resets them as orphans: nothing lost."""
+    base, dsn = own_cluster
+    h = Harness(tmp_path, dsn)
+    try:
+        conf = h.conf(h.pipeline(["a"], PARALLELISM=2, QUEUE_LIMIT=2), SHUTDOWN_TIMEOUT="2 s")
+        d = h.start(conf)
+        n = 20
+        h.enqueue("a", [{"do": "sleep:0.5;next"} for _ in range(n)])
+        wait_until(lambda: running_rows(h) >= 2, 20, message="work in flight")
+        h.conn.close()
+        embedded.stop(base)
+        t0 = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.wait_exit(30)
+        took = time.monotonic() - t0
+        print(f"exit {rc} after {took:.1f} s with the database down")
+        assert took < 20, f"shutdown with the database down took {took:.1f} s"
+        assert rc in (0, 1), d.tail()
+        embedded.start(base, "pepsi", fast=True)
+        h.conn = psycopg.connect(dsn, autocommit=True)
+        d2 = h.start(conf)
+        counts = h.wait_all(timeout=60)
+        assert counts == {"done": n}, counts
+        assert d2.terminate() == 0
+    finally:
+        h.close()
