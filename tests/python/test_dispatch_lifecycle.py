@@ -217,3 +217,23 @@ def test_sigint_also_shuts_down_cleanly(h: Harness) -> None:
     os.kill(d.pid, signal.SIGINT)
     assert d.wait_exit(20) == 0
     assert running_rows(h) == 0
+
+
+def test_mixed_modes_refuse_each_other(h: Harness) -> None:
+    """A single-mode dispatcher owns the database alone (it resets every running row at
+    start and claims without skipping locks): it must not run beside competing replicas,
+    in either order."""
+    single = h.conf(h.pipeline(["a"]), name="single.conf")
+    competing = h.conf(h.pipeline(["a"]), name="competing.conf", COMPETING="YES")
+    d1 = h.start(competing)
+    h.enqueue("a", [{"do": "sleep:1;next"} for _ in range(4)])
+    wait_until(lambda: running_rows(h) > 0, 20)
+    d2 = h.start(single, wait=False)
+    assert d2.wait_exit(30) == 2, d2.log()
+    assert running_rows(h) > 0, "the refused single dispatcher reset the replica's rows"
+    assert d1.terminate() == 0
+    d3 = h.start(single)
+    d4 = h.start(competing, wait=False)
+    assert d4.wait_exit(30) == 2, d4.log()
+    h.wait_all("done", timeout=30)
+    assert d3.terminate() == 0
