@@ -215,3 +215,19 @@ def test_trickle_is_packed_onto_one_worker(h: Harness) -> None:
     log = h.wlog()
     assert len(log.spawns) == 1, f"{len(log.spawns)} workers for a trickle one worker can carry"
     assert d.terminate() == 0
+
+
+def test_stats_flushed_every_stats_interval_under_load(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=2), STATS_INTERVAL="1 s"))
+    n = 150
+    h.enqueue("a", [{"do": "sleep:0.03;next"} for _ in range(n)])  # ~5 s of steady work
+    # while the backlog lasts (never idle), the deltas still reach the table
+    seen = wait_until(
+        lambda: (m := h.dispatch_stats()["messages"]) > 0 and h.counts().get("pending") and m,
+        10,
+        message=lambda: f"a stats flush before the backlog is gone: {h.dispatch_stats()}",
+    )
+    assert 0 < seen < n
+    h.wait_all("done", timeout=60)
+    wait_until(lambda: h.dispatch_stats()["messages"] == n, 10)
+    assert d.terminate() == 0
