@@ -351,3 +351,20 @@ def test_slow_worker_start_does_not_count_against_max_runtime(h: Harness) -> Non
     h.wait_all(timeout=30)
     assert [h.row(i)["status"] for i in ids] == ["done", "done"]
     assert d.terminate() == 0
+
+
+def test_program_exiting_before_reading_fails_nothing(h: Harness) -> None:
+    # /bin/false starts (exec works) but exits before reading any id: none of its ids
+    # was started, so none may fail (lead's F6 decision); the stage is held off instead
+    d = h.start(h.conf({"a": {"PROGRAM": "/bin/false"}}))
+    ids = h.enqueue("a", 5)
+    t_end = time.monotonic() + 4
+    while time.monotonic() < t_end:
+        statuses = {h.row(i)["status"] for i in ids}
+        assert statuses <= {"pending", "running"}, [h.row(i) for i in ids]
+        assert d.running(), d.tail()
+        time.sleep(0.1)
+    assert re.search(r"cool|hold", d.log(), re.I), d.tail()
+    h.set_config("stage-a", "PROGRAM", h.program())
+    h.wait_all("done", timeout=60)
+    assert d.terminate() == 0
