@@ -462,7 +462,9 @@ class Dispatcher:
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
-            pool.start_cooldown(now, f"cannot start PROGRAM {pool.config.program!r}: {exc}")
+            pool.start_cooldown(
+                now, f"cannot start PROGRAM {pool.config.program!r}: {exc} (rows stay pending)"
+            )
             return None
         pool.workers.append(w)
         self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
@@ -516,6 +518,8 @@ class Dispatcher:
                 self._answers(w, lines, now)
         if w.stderr_fd is not None:
             self._on_stderr(w)  # last words, at most one chunk burst
+        # Asked while its stdin is still open: FIONREAD tells if it read anything.
+        started = w.has_read()
         self._unwatch(w.stdout_fd)
         self._unwatch(w.stderr_fd)
         self._unwatch(w.stdin_fd)
@@ -525,15 +529,30 @@ class Dispatcher:
             if pool in self.leftover and not pool.workers:
                 self.leftover.remove(pool)
         ids = list(w.inflight)
-        for wid in ids + w.undelivered:
+        undelivered = list(w.undelivered)
+        for wid in ids + undelivered:
             if self.where.get(wid) is w:
                 del self.where[wid]
         # Never written to the worker (EPIPE): they did not start; release them.
-        self.to_release.extend(w.undelivered)
+        self.to_release.extend(undelivered)
         w.undelivered.clear()
         w.inflight.clear()
         expected = w.stopping or self.shutting_down
-        if ids and not w.killed and not self.shutting_down:
+        cooled = False
+        if (ids or undelivered) and not w.killed and not self.shutting_down and not started:
+            # It died before reading any input (a PROGRAM that exits at once:
+            # bad arguments, a missing library): its head-of-line message never
+            # started, so nothing fails -- otherwise a broken PROGRAM would slowly
+            # fail the whole backlog, one message per cooldown.
+            self.to_release.extend(ids)
+            if pool is not None:
+                pool.start_cooldown(
+                    now,
+                    f"worker pid {w.pid} {describe_exit(rc).removeprefix('worker ')} before"
+                    f" reading its input ({len(ids) + len(undelivered)} message(s) stay pending)",
+                )
+                cooled = True
+        elif ids and not w.killed and not self.shutting_down:
             # A crash: the head-of-line message fails, the rest never ran.
             head, rest = ids[0], ids[1:]
             reason = describe_exit(rc)
@@ -579,6 +598,7 @@ class Dispatcher:
                 )
         if (
             pool is not None
+            and not cooled
             and not expected
             and not w.killed
             and w.answered == 0

@@ -120,13 +120,20 @@ class StagePool:
 
     # -- cooldown ----------------------------------------------------------------
     def start_cooldown(self, now: float, why: str) -> None:
-        """Hold the stage off spawning for a growing delay (1 s doubling to 60 s)."""
+        """Hold the stage off spawning for a growing delay (1 s doubling to 60 s).
+
+        While a cooldown runs, further reasons (the other workers of the same
+        failed batch) neither extend nor log it: one line per cooldown.
+        """
+        if now < self.cooldown_until:
+            log.debug("stage %s: %s (already cooling down)", self.name, why)
+            return
         self.cooldown_delay = min(
             COOLDOWN_MAX, self.cooldown_delay * 2 if self.cooldown_delay else COOLDOWN_FIRST
         )
         self.cooldown_until = now + self.cooldown_delay
         log.warning(
-            "stage %s: %s; holding off new workers for %.0f s (rows stay pending)",
+            "stage %s: %s; holding off new workers for %.0f s",
             self.name,
             why,
             self.cooldown_delay,

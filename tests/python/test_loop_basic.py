@@ -475,3 +475,38 @@ def test_worker_start_up_is_not_charged_to_max_runtime(
     enqueue(conn, "a", 3)
     wait_for(lambda: counts(conn) == {"done": 3}, what="3 rows done")
     assert d.stop() == 0
+
+
+def test_program_exiting_before_reading_fails_nothing(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """/bin/false exits before reading its input: rows stay pending, cooldown grows."""
+    conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/false"}})
+    d = served(conf)
+    enqueue(conn, "a", 5)
+    wait_for(lambda: "holding off new workers for 2 s" in d.text(), what="second cooldown")
+    time.sleep(0.5)
+    assert counts(conn) == {"pending": 5}
+    assert "before reading its input (" in d.text()
+    assert "message(s) stay pending); holding off new workers for 1 s" in d.text()
+    assert "crashed" not in d.text()
+    assert d.proc.poll() is None
+    assert d.stop() == 0
+    assert counts(conn) == {"pending": 5}
+
+
+def test_crash_after_reading_still_fails_the_head(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    prog = "sh -c 'read x; exit 3'"
+    conf = write_conf(
+        tmp_path / "pepsi.conf", {"a": {"PROGRAM": prog, "PARALLELISM": "1", "QUEUE_LIMIT": "3"}}
+    )
+    d = served(conf)
+    first, *_ = enqueue(conn, "a", 3)
+    wait_for(lambda: counts(conn).get("failed") == 1, what="head failed")
+    row = conn.execute(
+        "SELECT state->>'dispatch_error' FROM pepsi.workqueue WHERE workqueue_id = %s", (first,)
+    ).fetchone()
+    assert row == ("worker exited with code 3",)
+    assert d.stop() == 0
