@@ -136,3 +136,26 @@ def test_kill9_storm(h: Harness) -> None:
     assert counts == {"done": n}, counts
     assert h.overlaps() == []
     assert d.terminate() == 0
+
+
+def test_competing_replicas_reload_together(h: Harness) -> None:
+    conf = h.conf(
+        h.pipeline(["a", "b"], PARALLELISM=2, QUEUE_LIMIT=2),
+        COMPETING="YES",
+        ORPHAN_TIMEOUT="3 s",
+        POLL_INTERVAL="1 s",
+    )
+    d1, d2 = h.start(conf), h.start(conf)
+    n = 300
+    h.enqueue("a", [{"do": "sleep:0.005;next"} for _ in range(n)])
+    for value in ("1", "3", "2"):
+        wait_until(lambda: running_rows(h) > 0 or h.counts().get("done") == n, 20)
+        h.set_config("stage-b", "PARALLELISM", value)
+        time.sleep(0.3)
+    counts = h.wait_all(timeout=120)
+    assert counts == {"done": n}, counts
+    per = Counter((r.wq_id, r.stage) for r in h.wlog().runs)
+    assert max(per.values()) == 1, [k for k, v in per.items() if v > 1][:5]
+    assert h.overlaps() == []
+    assert d1.running() and d2.running()
+    assert d1.terminate() == 0 and d2.terminate() == 0
