@@ -420,6 +420,11 @@ class Dispatcher:
                     answer.text[:200],
                 )
                 self._kill(w, now)
+                if pool is not None and w.answered == 1:
+                    # Garbage as its very first answer (a banner on stdout, a wrong
+                    # PROGRAM): without a pause each replacement would fail the
+                    # next message at once.
+                    pool.start_cooldown(now, f"worker pid {w.pid}'s first answer was garbage")
                 break
         if pool is not None and not w.killed:
             pool.success()
