@@ -385,7 +385,10 @@ class Dispatcher:
                 self._kill(w, now)
                 break
             wid = inflight.popleft()
-            if where.get(wid) is w:
+            if where.get(wid) is w and wid not in inflight:
+                # (Still in ``inflight``: the stage let go of the row -- advanced it to
+                # itself, or paused it and it was requeued -- and it was claimed and
+                # handed to this same worker again. That second copy is still ours.)
                 del where[wid]
             seconds = now - w.head_since
             w.head_since = now
@@ -648,7 +651,7 @@ class Dispatcher:
                 continue
             if w.inflight and now - w.head_since >= max_runtime:
                 head = w.inflight.popleft()
-                if self.where.get(head) is w:
+                if self.where.get(head) is w and head not in w.inflight:
                     del self.where[head]
                 seconds = now - w.head_since
                 reason = f"timeout: no answer within MAX_RUNTIME ({max_runtime:g} s); worker killed"
@@ -827,7 +830,9 @@ class Dispatcher:
                     # An id may still sit unanswered at its previous stage's worker:
                     # that stage committed the advance (the claim takes pending rows
                     # only) and its answer is on the way. The new worker owns it now;
-                    # the old answer then leaves `where` alone.
+                    # the old answer then leaves `where` alone. It may also be the
+                    # same worker (the stage advanced the row to itself): then `w`
+                    # holds the id twice and only its last answer clears `where`.
                     self.where[wid] = w
                 w.give(batch, now)
                 if w.outbuf and w.stdin_fd is not None:

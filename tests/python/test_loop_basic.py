@@ -263,6 +263,28 @@ def test_late_answer_never_fails_the_rows_next_run(
     assert d.stop() == 0
 
 
+def test_id_held_twice_by_one_worker_keeps_its_protection(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """The stage advances a row to itself and answers late; the claim (every 100 ms,
+    POLL_INTERVAL) gives the row to the same worker again meanwhile. Nothing may fail.
+
+    Regression: the first answer removed the id from the owed-write filter although
+    the worker still held it, so check_answered failed the row's second run.
+    """
+    prog = program("--again", "a", "--sleep-before-answer", "a=0.5")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {"a": {"PROGRAM": prog, "PARALLELISM": "1", "QUEUE_LIMIT": "4"}},
+        {"POLL_INTERVAL": "100 ms"},
+    )
+    d = served(conf)
+    enqueue(conn, "a", 3)
+    wait_for(lambda: counts(conn) == {"done": 3}, timeout=30, what="3 rows done")
+    assert "left it running" not in d.text()
+    assert d.stop() == 0
+
+
 def test_fused_answers_count_for_the_fused_stages(
     conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
 ) -> None:

@@ -2,7 +2,7 @@
 
 Usage (as PROGRAM): ``python basic_worker.py [--next A=B ...] [--fuse A=B,C]
 [--sleep-before-answer STAGE=SECONDS] [--sleep STAGE=SECONDS] [--env-file FILE]
-[--startup-delay SECONDS] [-c CONFIG] worker``
+[--startup-delay SECONDS] [--again STAGE] [-c CONFIG] worker``
 
 For each id read from stdin: sleep (``--sleep``), advance the row to the
 stage's successor (``--next``) or finish it, sleep again
@@ -10,7 +10,9 @@ stage's successor (``--next``) or finish it, sleep again
 this worker has not answered -- the window in which a late answer must not
 hurt the row's next run), then answer ``0`` (or ``0 fused=...`` with
 ``--fuse``). ``--env-file`` appends the worker's PEPSI_* environment and argv
-as one JSON line per start.
+as one JSON line per start. ``--again STAGE``: the first time this worker
+sees an id at STAGE it advances the row to STAGE itself (it runs there once
+more), the second time it goes on as usual.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def main() -> int:
     parser.add_argument("--sleep-before-answer", action="append", default=[])
     parser.add_argument("--env-file")
     parser.add_argument("--startup-delay", type=float, default=0.0)
+    parser.add_argument("--again", action="append", default=[])
     parser.add_argument("-c", dest="config")
     parser.add_argument("command")
     args = parser.parse_args()
@@ -51,11 +54,15 @@ def main() -> int:
             f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "env": env}) + "\n")
     time.sleep(args.startup_delay)  # a slow start-up, before reading any input
     conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
+    seen: set[int] = set()
     for line in sys.stdin:
         wid = int(line)
         if sleep:
             time.sleep(sleep)
-        if nxt:
+        if stage in args.again and wid not in seen:
+            seen.add(wid)
+            conn.execute("SELECT pepsi.advance(%s, %s, %s, %s)", (wid, stage, stage, did))
+        elif nxt:
             conn.execute("SELECT pepsi.advance(%s, %s, %s, %s)", (wid, stage, nxt, did))
         else:
             conn.execute("SELECT pepsi.finish(%s, %s, %s)", (wid, stage, did))
