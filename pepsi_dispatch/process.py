@@ -23,11 +23,16 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from .protocol import MAX_LINE
+
 log = logging.getLogger(__name__)
 
 #: Chunk size of pipe reads: a busy worker's answers ("0\n", 2 bytes each)
 #: are read thousands at a time.
 READ_CHUNK = 65536
+#: An answer line longer than this is cut to its first MAX_LINE bytes (one
+#: answer); the rest of it is discarded up to its newline.
+MAX_ANSWER_LINE = 65536
 #: stderr lines longer than this are cut before they reach the log.
 MAX_STDERR_LINE = 8192
 
@@ -147,6 +152,8 @@ class Worker:
         self._out_partial = b""
         self._err_partial = b""
         self._err_skipping = False
+        #: inside an over-long stdout line whose head was already reported.
+        self._out_skipping = False
 
     # -- ids ------------------------------------------------------------------
     def give(self, ids: list[int], now: float) -> None:
@@ -237,11 +244,24 @@ class Worker:
                 break
         buf = self._out_partial + b"".join(chunks)
         lines = buf.split(b"\n")
-        self._out_partial = lines.pop()
-        if len(self._out_partial) > 65536:
-            # A "line" that never ends is garbage; keep its head for the error text.
-            lines.append(self._out_partial[:8192])
-            self._out_partial = b""
+        partial = lines.pop()
+        if self._out_skipping:
+            if lines:
+                # The tail of an over-long line, up to its newline: its head already
+                # went out as the answer, so the tail is no answer of its own.
+                del lines[0]
+                self._out_skipping = False
+            else:
+                partial = b""  # still inside it
+        if len(partial) > MAX_ANSWER_LINE:
+            # A line this long (or one that never ends) is kept only by its head: that
+            # is one answer, classified as if the whole line had been read in one go
+            # (parse_answer looks at the first MAX_LINE bytes only); the rest of the
+            # line, whenever it comes, is dropped.
+            lines.append(partial[:MAX_LINE])
+            self._out_skipping = True
+            partial = b""
+        self._out_partial = partial
         return lines
 
     def read_stderr(self) -> list[str] | None:

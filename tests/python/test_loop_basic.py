@@ -86,6 +86,43 @@ def test_stats_deltas_and_clear() -> None:
     assert s.total_messages == 3 and s.total_stage_runs == 4
 
 
+def test_overlong_answer_across_reads_is_one_answer() -> None:
+    """A 100 KiB answer line arriving over several reads is ONE answer (its head).
+
+    Regression: the head went out once the partial line passed 64 KiB and the rest
+    of the line, at its newline, became a second answer (for the next id).
+    """
+    from pepsi_dispatch.process import Worker
+
+    r, wfd = os.pipe()
+    os.set_blocking(r, False)
+    w = Worker.__new__(Worker)
+    w.stdout_fd = r
+    w._out_partial = b""
+    w._out_skipping = False
+    try:
+        got: list[bytes] = []
+        os.write(wfd, b"3 " + b"x" * 40000)
+        got += w.read_answers() or []
+        os.write(wfd, b"x" * 40000)
+        got += w.read_answers() or []
+        os.write(wfd, b"x" * 30000)
+        got += w.read_answers() or []
+        os.write(wfd, b"x" * 20 + b"\n0\n")
+        got += w.read_answers() or []
+        assert len(got) == 2
+        assert got[0].startswith(b"3 xxx") and len(got[0]) == 8192
+        assert parse_answer(got[0]).kind == FAILED
+        assert got[1] == b"0"
+        os.close(wfd)
+        wfd = -1
+        assert w.read_answers() is None
+    finally:
+        os.close(r)
+        if wfd >= 0:
+            os.close(wfd)
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
