@@ -285,8 +285,10 @@ class Dispatcher:
 
     def _next_timeout(self, now: float) -> float:
         """Seconds until the earliest timer (INF: none)."""
-        if self.db_ok and (self.to_release or self.reload_pending):
-            return 0.0  # (while the database is away these wait for the reconnect)
+        if self.db_ok and (self.to_release or (self.reload_pending and not self.shutting_down)):
+            # (While the database is away these wait for the reconnect; a reload
+            # never runs once stopping, so it must not spin the loop then.)
+            return 0.0
         if self.db_ok and self.claim_needed and not self.shutting_down:
             if any(p.capacity(now) > 0 for p in self.pools.values()):
                 return 0.0

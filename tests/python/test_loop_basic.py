@@ -123,6 +123,24 @@ def test_overlong_answer_across_reads_is_one_answer() -> None:
             os.close(wfd)
 
 
+def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
+    """A reload never runs while stopping, so it must not make the loop poll at 0 s."""
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.loop import Dispatcher
+
+    conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
+    d = Dispatcher(load_config(str(conf)))
+    now = time.monotonic()
+    d.db_ok = True
+    d.claim_needed = False
+    d.next_heartbeat = d.requeue_at = now + 30
+    d.reload_pending = True
+    assert d._next_timeout(now) == 0.0
+    d.shutting_down = True
+    d.shutdown_deadline = now + 5
+    assert d._next_timeout(now) > 1.0
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
