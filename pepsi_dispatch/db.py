@@ -54,12 +54,17 @@ TRANSIENT: Final = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
 #: Errors that mean "the connection is gone"; the loop reconnects.
 CONNECTION_LOST: Final = (psycopg.OperationalError, psycopg.InterfaceError)
 
-#: libpq keepalive settings added unless the DSN sets them (ignored on Unix sockets).
+#: libpq settings added unless the DSN sets them. Keepalives and
+#: tcp_user_timeout (ms: unacknowledged data on a dead link) are ignored on Unix
+#: sockets; connect_timeout bounds every (re)connect, so a reconnect to a host
+#: that went silent cannot freeze the single-threaded loop.
 KEEPALIVES: Final = {
     "keepalives": "1",
     "keepalives_idle": "30",
     "keepalives_interval": "10",
     "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+    "connect_timeout": "10",
 }
 SQL_SESSION_TIMEOUTS: Final = "SET statement_timeout = '60s'; SET lock_timeout = '10s'"
 
@@ -160,14 +165,18 @@ class Database:
 
         The loop is single-threaded, so a statement that never returns would
         freeze it -- and with it every worker, once their stdout pipes fill.
-        Hence TCP keepalives (a silently dead server is noticed in about a
-        minute, not after the kernel's two hours; DSN settings win) and, on
+        Hence TCP keepalives and tcp_user_timeout (a silently dead server is
+        noticed in about a minute, not after the kernel's two hours), a
+        connect_timeout of 10 s (DSN settings and PGCONNECT_TIMEOUT win) and, on
         the work connection, statement and lock timeouts: a claim stuck behind
         a DBA's lock fails after 10 s, the loop reconnects with backoff and
         keeps serving answers meanwhile.
         """
         self.close()
-        extra = {k: v for k, v in KEEPALIVES.items() if k not in conninfo_to_dict(self.dsn)}
+        given = conninfo_to_dict(self.dsn)
+        if os.environ.get("PGCONNECT_TIMEOUT"):
+            given["connect_timeout"] = os.environ["PGCONNECT_TIMEOUT"]
+        extra = {k: v for k, v in KEEPALIVES.items() if k not in given}
         self.listen = psycopg.connect(
             self.dsn, autocommit=True, application_name="pepsi-dispatch", **extra
         )

@@ -141,6 +141,30 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
     assert d._next_timeout(now) > 1.0
 
 
+def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: str) -> None:
+    from psycopg.conninfo import make_conninfo
+
+    from pepsi_dispatch.db import Database
+
+    db = Database(dsn, False)
+    db.connect()
+    try:
+        for c in (db.listen, db.work):
+            assert c is not None
+            params = c.info.get_parameters()
+            assert params["connect_timeout"] == "10"
+            assert params["tcp_user_timeout"] == "60000"
+    finally:
+        db.close()
+    db = Database(make_conninfo(dsn, connect_timeout="3"), False)
+    db.connect()
+    try:
+        assert db.work is not None
+        assert db.work.info.get_parameters()["connect_timeout"] == "3"
+    finally:
+        db.close()
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
