@@ -113,7 +113,11 @@ class Dispatcher:
         self.signals_seen = 0
         #: hot-path pipelines sent (for the stop line: messages per round trip).
         self.round_trips = 0
+        #: a fatal error that ends the run after a graceful shutdown (exit 1).
         self.fatal: str | None = None
+        #: the advisory lock went to another dispatcher while we reconnected:
+        #: stop at once, without touching rows (see _abort_fatal).
+        self.lock_lost: str | None = None
         self._sig_r = self._sig_w = -1
         self._old_handlers: dict[int, Any] = {}
         self.heartbeat_interval = self.dc.poll_interval
@@ -917,7 +921,7 @@ class Dispatcher:
             self.db.connect()
             if not self.db.try_lock():
                 holders = self.db.lock_holders()
-                self.fatal = (
+                self.lock_lost = (
                     "lost the database to another dispatcher while reconnecting "
                     f"({holders}); stopping"
                 )
@@ -950,7 +954,7 @@ class Dispatcher:
             self.reconnect_at = now + self.reconnect_delay
             self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
             return
-        if self.fatal:
+        if self.lock_lost:
             self._abort_fatal()
             return
         self.db_ok = True
@@ -977,7 +981,7 @@ class Dispatcher:
             w.close_fds()
         self.pools.clear()
         self.leftover.clear()
-        raise FatalError(self.fatal or "fatal error")
+        raise FatalError(self.lock_lost or self.fatal or "fatal error")
 
     # == reload ==================================================================
     def _reload(self, now: float, only_if_changed: bool = False) -> None:

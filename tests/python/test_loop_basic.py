@@ -165,6 +165,36 @@ def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: 
         db.close()
 
 
+def in_process_dispatcher(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A started Dispatcher (connected, locked, registered) without its loop."""
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.loop import Dispatcher
+
+    monkeypatch.setenv("PEPSI_DSN", dsn)
+    conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
+    d = Dispatcher(load_config(str(conf)))
+    d.start()
+    return d
+
+
+def test_reconnect_after_a_bad_reload_does_not_abort(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad reloaded config begins a graceful shutdown (fatal set); a reconnect then
+    must come back normally -- only a lost lock aborts (held rows, owed writes kept)."""
+    d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
+    try:
+        d.fatal = "reloaded configuration does not parse: test"
+        d._unwatch(d._listen_fd)
+        d._listen_fd = -1
+        d.db.close()
+        d.db_ok = False
+        d._reconnect(time.monotonic())
+        assert d.db_ok
+    finally:
+        d.db.close()
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
