@@ -220,3 +220,54 @@ def test_claim_plan_does_not_depend_on_fresh_statistics(conn: psycopg.Connection
     assert len(pending_idx_scans) == 1, f"only the pick may walk the pending index: {scans(plans)}"
     buffers = plans[0]["Plan"]["Shared Hit Blocks"] + plans[0]["Plan"].get("Shared Read Blocks", 0)
     assert buffers < 1000, f"claim of 16 rows touched {buffers} buffers: {scans(plans)}"
+
+
+def transition_plans(conn: psycopg.Connection, calls: list[str]) -> list[dict]:
+    """Plans of the UPDATE statements run inside the given calls (rolled back)."""
+    plans: list[dict] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        text = diag.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1]))
+
+    conn.add_notice_handler(on_notice)
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("LOAD 'auto_explain'")
+            for setting in (
+                "auto_explain.log_min_duration = 0",
+                "auto_explain.log_nested_statements = on",
+                "auto_explain.log_format = json",
+                "client_min_messages = log",
+            ):
+                conn.execute(f"SET LOCAL {setting}")
+            for call in calls:
+                conn.execute(call)
+            conn.execute("SET LOCAL client_min_messages = notice")
+    finally:
+        conn.remove_notice_handler(on_notice)
+    return [p for p in plans if p.get("Query Text", "").lstrip().startswith("UPDATE")]
+
+
+def test_transitions_find_the_row_by_primary_key(conn: psycopg.Connection) -> None:
+    """Stage transitions look the row up by workqueue_pkey, whatever the statistics say.
+
+    v1 re-checked `status = 'running'`, which proves the running index's
+    predicate: statistics taken while nothing ran made every transition walk
+    the whole running index (up to 8 ms a call with thousands running).
+    """
+    conn.execute("INSERT INTO pepsi.workqueue (stage) SELECT 's0' FROM generate_series(1, 20000)")
+    conn.execute("ANALYZE pepsi.workqueue")  # nothing running yet
+    ids = [r[0] for r in conn.execute("SELECT * FROM pepsi.claim(1, %s, %s)", (["s0"], [3000]))]
+    calls = [f"SELECT pepsi.finish({i}, 's0', 1)" for i in ids[:4]]
+    calls += [f"SELECT pepsi.advance({i}, 's0', 's1', 1)" for i in ids[4:8]]
+    calls += [f"SELECT pepsi.fail({i}, 's0', 'x', 1)" for i in ids[8:12]]
+    calls += [f"SELECT pepsi.pause({i}, 's0', now() + interval '1 h', 'x', 1)" for i in ids[12:16]]
+    calls += [f"SELECT pepsi.hop({i}, 's0', 's1', 1)" for i in ids[16:20]]
+    calls.append(f"SELECT * FROM pepsi.check_answered(1, ARRAY{ids[20:40]}::bigint[])")
+    plans = transition_plans(conn, calls)
+    assert len(plans) >= len(calls)
+    used = {(n["Node Type"], n.get("Index Name")) for p in plans for n in _nodes(p["Plan"])}
+    assert ("Seq Scan", None) not in used, used
+    assert not [u for u in used if u[1] == "workqueue_running_idx"], f"running index walked: {used}"
