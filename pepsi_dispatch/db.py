@@ -173,27 +173,54 @@ class Database:
         keeps serving answers meanwhile.
         """
         self.close()
+        self.listen = self._open("pepsi-dispatch")
+        self.connect_work()
+
+    def _open(self, application_name: str) -> psycopg.Connection:
         given = conninfo_to_dict(self.dsn)
         if os.environ.get("PGCONNECT_TIMEOUT"):
             given["connect_timeout"] = os.environ["PGCONNECT_TIMEOUT"]
         extra = {k: v for k, v in KEEPALIVES.items() if k not in given}
-        self.listen = psycopg.connect(
-            self.dsn, autocommit=True, application_name="pepsi-dispatch", **extra
+        return psycopg.connect(
+            self.dsn, autocommit=True, application_name=application_name, **extra
         )
-        self.work = psycopg.connect(
-            self.dsn, autocommit=True, application_name="pepsi-dispatch work", **extra
-        )
+
+    def connect_work(self) -> None:
+        """(Re)open only the work connection; the listen one (and its lock) stays."""
+        self.close_work()
+        self.work = self._open("pepsi-dispatch work")
         self.work.execute(SQL_SESSION_TIMEOUTS)
+
+    @staticmethod
+    def _dead(conn: psycopg.Connection | None) -> bool:
+        return conn is None or conn.closed or conn.broken
+
+    def listen_dead(self) -> bool:
+        """Is the listen connection (the one holding the lock) gone or broken?"""
+        return self._dead(self.listen)
+
+    def work_dead(self) -> bool:
+        """Is the work connection gone or broken?"""
+        return self._dead(self.work)
+
+    def close_work(self) -> None:
+        """Close the work connection only, ignoring errors."""
+        if self.work is not None:
+            try:
+                self.work.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+        self.work = None
 
     def close(self) -> None:
         """Close both connections, ignoring errors (they may already be dead)."""
-        for conn in (self.listen, self.work):
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection
-                    pass
-        self.listen = self.work = None
+        self.close_work()
+        if self.listen is not None:
+            try:
+                self.listen.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+        self.listen = None
 
     def dbname(self) -> str:
         """Name of the database connected to (for messages)."""

@@ -103,6 +103,13 @@ class Dispatcher:
         self.reconnect_delay = RECONNECT_FIRST
         self.reconnect_failures = 0
         self.last_down_log = -INF
+        #: reconnect only the work connection (the listen one and its lock are fine).
+        self.reconnect_work_only = False
+        #: after a query error on healthy connections: no database work before this,
+        #: and the backoff of the next such wait.
+        self.db_hold_until = 0.0
+        self.db_hold_delay = RECONNECT_FIRST
+        self.last_query_error_log = -INF
         self.reload_pending = False
         #: a reload only if the stage table differs (after a reconnect).
         self.reload_if_changed = False
@@ -258,11 +265,12 @@ class Dispatcher:
                     self.shutdown_deadline = now
                 self._reap(now)
                 self._timers(now)
-                if self.reload_pending and not self.shutting_down and self.db_ok:
+                db_ready = self.db_ok and now >= self.db_hold_until
+                if self.reload_pending and not self.shutting_down and db_ready:
                     self.reload_pending = False
                     self._reload(now, self.reload_if_changed)
                     self.reload_if_changed = False
-                if self.db_ok:
+                if db_ready:
                     self._db_iteration(now)
                 if self.shutting_down and not self._all_workers():
                     return self._finish_shutdown()
@@ -289,15 +297,19 @@ class Dispatcher:
 
     def _next_timeout(self, now: float) -> float:
         """Seconds until the earliest timer (INF: none)."""
-        if self.db_ok and (self.to_release or (self.reload_pending and not self.shutting_down)):
+        held = self.db_ok and now < self.db_hold_until
+        db_ready = self.db_ok and not held
+        if db_ready and (self.to_release or (self.reload_pending and not self.shutting_down)):
             # (While the database is away these wait for the reconnect; a reload
             # never runs once stopping, so it must not spin the loop then.)
             return 0.0
-        if self.db_ok and self.claim_needed and not self.shutting_down:
+        if db_ready and self.claim_needed and not self.shutting_down:
             if any(p.capacity(now) > 0 for p in self.pools.values()):
                 return 0.0
         t = INF
-        if self.db_ok:
+        if held:
+            t = min(t, self.db_hold_until)
+        elif self.db_ok:
             if not self.shutting_down:
                 t = min(t, self.next_heartbeat, self.requeue_at)
                 if self.requeue_dirty:
@@ -331,7 +343,7 @@ class Dispatcher:
                 t = min(t, w.eof_at + EOF_GRACE)
             elif w.stopping and w.stop_deadline:
                 t = min(t, w.stop_deadline)
-        if not busy and self.db_ok and self.stats.pending():
+        if not busy and db_ready and self.stats.pending():
             t = min(t, self.last_flush + IDLE_FLUSH_MIN)
         return t - now
 
@@ -625,7 +637,12 @@ class Dispatcher:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
         if not self.db_ok and now >= self.reconnect_at:
             self._reconnect(now)
-        if self.db_ok and not self.shutting_down and now >= self.next_heartbeat:
+        if (
+            self.db_ok
+            and not self.shutting_down
+            and now >= self.next_heartbeat
+            and now >= self.db_hold_until
+        ):
             self._heartbeat(now)
         for pool in self.pools.values():
             if pool.cooldown_until and now >= pool.cooldown_until:
@@ -755,6 +772,7 @@ class Dispatcher:
             self.errors = []
             self.answered = []
             self.claim_needed = False
+            self.db_hold_delay = RECONNECT_FIRST
             self._after_iteration(result, now)
         self._maybe_flush(now)
 
@@ -898,35 +916,77 @@ class Dispatcher:
         self.claim_needed = True
 
     def _db_lost(self, now: float, exc: BaseException) -> None:
-        """Connection trouble: close, keep owed writes, reconnect with backoff."""
+        """A database call failed: keep owed writes; reconnect only what is broken.
+
+        A plain query error (lock_timeout, statement_timeout, a deadlock after
+        its retries, a bad argument) leaves both connections usable: they are
+        kept -- the listen connection holds the advisory lock, and giving it up
+        would let another dispatcher start and reset our in-flight rows -- and
+        the database work is retried after a growing pause. A broken work
+        connection alone is reopened alone; only a broken listen connection
+        means a full reconnect (lock, LISTEN, claim pass).
+        """
+        listen_dead = self.db.listen_dead()
+        if self.db_ok and not listen_dead and not self.db.work_dead():
+            self.db_hold_until = now + self.db_hold_delay
+            if now - self.last_query_error_log >= 30.0:
+                self.last_query_error_log = now
+                log.warning(
+                    "database error (%s); connections kept, retrying in %g s (growing)",
+                    _one_line(exc),
+                    self.db_hold_delay,
+                )
+            else:
+                log.debug(
+                    "database error (%s); retrying in %g s", _one_line(exc), self.db_hold_delay
+                )
+            self.db_hold_delay = min(RECONNECT_MAX, self.db_hold_delay * 2)
+            return
         if self.db_ok:
             log.warning(
-                "database trouble (%s); reconnecting, workers keep running",
+                "database trouble (%s); reconnecting%s, workers keep running",
                 _one_line(exc),
+                "" if listen_dead else " the work connection",
             )
             self.reconnect_delay = RECONNECT_FIRST
             self.reconnect_failures = 0
             self.last_down_log = now
         self.db_ok = False
-        if self._listen_fd >= 0:
-            # By the number registered: a broken connection no longer knows its socket.
-            self._unwatch(self._listen_fd)
-            self._listen_fd = -1
-        self.db.close()
+        if listen_dead:
+            self.reconnect_work_only = False
+            if self._listen_fd >= 0:
+                # By the number registered: a broken connection no longer knows its socket.
+                self._unwatch(self._listen_fd)
+                self._listen_fd = -1
+            self.db.close()
+        else:
+            self.reconnect_work_only = True
+            self.db.close_work()
         self.reconnect_at = now + self.reconnect_delay
         self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
 
     def _reconnect(self, now: float) -> None:
+        work_only = self.reconnect_work_only and not self.db.listen_dead()
+        if not work_only and self._listen_fd >= 0:
+            self._unwatch(self._listen_fd)
+            self._listen_fd = -1
         try:
-            self.db.connect()
-            if not self.db.try_lock():
+            if work_only:
+                # The listen connection still holds the lock and LISTENs.
+                self.db.connect_work()
+                locked = True
+            else:
+                self.db.connect()
+                locked = self.db.try_lock()
+            if not locked:
                 holders = self.db.lock_holders()
                 self.lock_lost = (
                     "lost the database to another dispatcher while reconnecting "
                     f"({holders}); stopping"
                 )
             else:
-                self.db.start_listening()
+                if not work_only:
+                    self.db.start_listening()
                 self.db.heartbeat(self.dispatcher_id)
                 # Rows the database says we hold but no worker has (a claim that
                 # committed while its answer was lost) go back to pending; rows
@@ -950,7 +1010,10 @@ class Dispatcher:
                 )
             else:
                 log.debug("reconnect failed: %s", _one_line(exc))
-            self.db.close()
+            if work_only:
+                self.db.close_work()
+            else:
+                self.db.close()
             self.reconnect_at = now + self.reconnect_delay
             self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
             return
@@ -958,17 +1021,22 @@ class Dispatcher:
             self._abort_fatal()
             return
         self.db_ok = True
-        self._watch_listen()
+        self.reconnect_work_only = False
+        self.db_hold_until = 0.0
         log.info(
-            "database connection re-established%s; LISTEN renewed, full claim pass",
+            "database connection re-established%s; %s, full claim pass",
             f" after {self.reconnect_failures} failed attempt(s)"
             if self.reconnect_failures
             else "",
+            "work connection only (lock and LISTEN kept)" if work_only else "LISTEN renewed",
         )
         self.reconnect_failures = 0
         self.reconnect_delay = RECONNECT_FIRST
         self.claim_needed = True
         self.requeue_at = now
+        if work_only:
+            return  # no notification was missed: the listen connection stayed
+        self._watch_listen()
         # A config_changed may have been missed while disconnected: reload, but
         # retire workers only if the stage table really changed.
         self.reload_pending = True
@@ -1043,13 +1111,17 @@ class Dispatcher:
         deadline = time.monotonic() + max(self.dc.shutdown_timeout, 1.0)
         while True:
             now = time.monotonic()
-            if not self.db_ok:
+            if not self.db_ok or now < self.db_hold_until:
                 if now >= deadline:
                     log.error(
-                        "stopped without a database connection: held rows stay running "
-                        "until the next dispatcher resets them"
+                        "stopped without %s: held rows stay running "
+                        "until the next dispatcher resets them",
+                        "a database connection" if not self.db_ok else "settling them (errors)",
                     )
                     return 1
+                if self.db_ok:
+                    time.sleep(max(0.0, min(self.db_hold_until, deadline) - now))
+                    continue
                 time.sleep(max(0.0, min(self.reconnect_at, deadline) - now))
                 self._reconnect(time.monotonic())
                 continue

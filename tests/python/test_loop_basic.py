@@ -195,6 +195,52 @@ def test_reconnect_after_a_bad_reload_does_not_abort(
         d.db.close()
 
 
+def test_query_error_keeps_the_lock_and_a_broken_work_connection_alone_is_reopened(
+    dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: every psycopg.Error closed both connections, so a plain query
+    error (lock_timeout, statement_timeout, ...) gave up the advisory lock."""
+    from pepsi_dispatch.db import LOCK_KEY
+
+    def lock_free() -> bool:
+        (got,) = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+        if got:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+        return bool(got)
+
+    d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
+    try:
+        listen = d.db.listen
+        listen_pid = listen.info.backend_pid
+        assert d.db.work is not None
+        # 1. A query error (in a pipeline, as on the hot path): nothing is closed.
+        with pytest.raises(psycopg.Error) as err:
+            with d.db.work.pipeline():
+                d.db.work.execute("SELECT 1/0")
+        now = time.monotonic()
+        d._db_lost(now, err.value)
+        assert d.db_ok and d.db.listen is listen and d.db_hold_until > now
+        assert not lock_free()
+        assert d._next_timeout(now) > 0  # no database work until the pause is over
+        d.db.work.execute("SELECT 1")  # the work connection is still usable
+        # 2. The work connection breaks: only it is reopened; the lock stays.
+        d.db_hold_until = 0.0
+        conn.execute("SELECT pg_terminate_backend(%s)", (d.db.work.info.backend_pid,))
+        time.sleep(0.2)
+        with pytest.raises(psycopg.Error) as err:
+            d.db.work.execute("SELECT 1")
+        d._db_lost(time.monotonic(), err.value)
+        assert not d.db_ok and d.db.listen is listen
+        assert not lock_free()
+        d._reconnect(time.monotonic())
+        assert d.db_ok and d.db.listen is listen
+        assert d.db.listen.info.backend_pid == listen_pid
+        d.db.work.execute("SELECT 1")
+        assert not lock_free()
+    finally:
+        d.db.close()
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
