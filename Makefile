@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Migrate $$dsn to head; alembic's chatter is shown only when it fails.
+MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { echo "$$out" >&2; exit 1; };
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
 .PHONY: help system-deps install db demo test test-sql test-python lint bench stop-db clean
@@ -45,7 +47,7 @@ install: $(STAMP)
 # Prints the DSN it used as its last line.
 db: install system-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi)}"; \
-	PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head >/dev/null; \
+	$(MIGRATE) \
 	echo "$$dsn"
 
 stop-db:
@@ -53,7 +55,7 @@ stop-db:
 
 demo: install system-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_demo)}"; \
-	PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head >/dev/null; \
+	$(MIGRATE) \
 	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.demo
 
 test: test-sql test-python
@@ -71,7 +73,7 @@ lint: install
 
 bench: install system-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_bench)}"; \
-	PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head >/dev/null; \
+	$(MIGRATE) \
 	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.bench $(BENCH_ARGS)
 
 clean: stop-db
