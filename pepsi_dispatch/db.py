@@ -99,6 +99,13 @@ SQL_FLUSH_STATS: Final = (
     " %(timeouts)s::bigint[], %(crashes)s::bigint[], %(seconds)s::float8[],"
     " %(stage_runs)s::bigint, %(messages)s::bigint, %(requeued)s::bigint, %(expired)s::bigint)"
 )
+# Backends holding the dispatcher lock (an advisory lock on a bigint key is
+# (classid, objid) = (high, low) 32 bits, objsubid 1).
+SQL_LOCK_PIDS: Final = (
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1"
+)
+SQL_TERMINATE: Final = "SELECT pg_terminate_backend(%s::int)"
 SQL_OVERLAY: Final = "SELECT section, option, value FROM pepsi.config ORDER BY section, option"
 SQL_DISPATCHERS: Final = "SELECT * FROM pepsi.dispatchers"
 # After a reconnect: which rows does the database think we hold? (Rows whose
@@ -237,6 +244,24 @@ class Database:
         assert self.listen is not None
         sql = SQL_TRY_LOCK_SHARED if self.competing else SQL_TRY_LOCK
         row = self.listen.execute(sql, (LOCK_KEY,)).fetchone()
+        return bool(row and row[0])
+
+    def listen_pid(self) -> int:
+        """Server process id of the listen connection (the lock's holder)."""
+        assert self.listen is not None
+        return int(self.listen.info.backend_pid)
+
+    def lock_pids(self) -> set[int]:
+        """Server process ids of the sessions holding the dispatcher lock."""
+        assert self.work is not None
+        key = LOCK_KEY & 0xFFFFFFFFFFFFFFFF
+        rows = self.work.execute(SQL_LOCK_PIDS, (key >> 32, key & 0xFFFFFFFF)).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def terminate_backend(self, pid: int) -> bool:
+        """``pg_terminate_backend(pid)`` (our own old session: same role)."""
+        assert self.work is not None
+        row = self.work.execute(SQL_TERMINATE, (pid,)).fetchone()
         return bool(row and row[0])
 
     def lock_holders(self) -> str:

@@ -60,6 +60,12 @@ STARTUP_MIN = 30.0
 #: Reconnect backoff (seconds): first, cap.
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 5.0
+#: After a reconnect finds the lock still held by our OLD listen session (its
+#: server backend outlived a network partition longer than the keepalives):
+#: how long to wait for that backend to go (it is terminated) before deciding
+#: that another dispatcher took the lock; and the retry pause meanwhile.
+LOCK_RETAKE_WINDOW = 5.0
+LOCK_RETAKE_RETRY = 0.2
 #: Retention: done rows deleted per purge_done call and calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
@@ -105,6 +111,10 @@ class Dispatcher:
         self.last_down_log = -INF
         #: reconnect only the work connection (the listen one and its lock are fine).
         self.reconnect_work_only = False
+        #: backend pid of our listen connection (holder of the lock) and, while
+        #: retaking the lock from it after a reconnect, the deadline (0 = none).
+        self.listen_pid = 0
+        self.lock_retake_deadline = 0.0
         #: after a query error on healthy connections: no database work before this,
         #: and the backoff of the next such wait.
         self.db_hold_until = 0.0
@@ -174,6 +184,7 @@ class Dispatcher:
                 self.dc.db_pool_size,
             )
         self.db_ok = True
+        self.listen_pid = self.db.listen_pid()
         self._watch_listen()
         self._build_pools(self.config)
         stages = ", ".join(
@@ -978,6 +989,8 @@ class Dispatcher:
             else:
                 self.db.connect()
                 locked = self.db.try_lock()
+            if not locked and self._retake_lock_later(now):
+                return
             if not locked:
                 holders = self.db.lock_holders()
                 self.lock_lost = (
@@ -1023,6 +1036,9 @@ class Dispatcher:
         self.db_ok = True
         self.reconnect_work_only = False
         self.db_hold_until = 0.0
+        self.lock_retake_deadline = 0.0
+        if not work_only:
+            self.listen_pid = self.db.listen_pid()
         log.info(
             "database connection re-established%s; %s, full claim pass",
             f" after {self.reconnect_failures} failed attempt(s)"
@@ -1042,13 +1058,62 @@ class Dispatcher:
         self.reload_pending = True
         self.reload_if_changed = True
 
+    def _retake_lock_later(self, now: float) -> bool:
+        """try_lock failed on reconnect: is the holder our own old session?
+
+        After a network partition longer than the client keepalives, the
+        server-side backend of the OLD listen connection may still be alive and
+        hold the lock. Then it is terminated and the reconnect retried shortly
+        (True); only once that window is over, or when the holder is another
+        session, is the lock lost (False). The work connection is open here.
+        """
+        if self.lock_retake_deadline and now >= self.lock_retake_deadline:
+            return False
+        pids = self.db.lock_pids()
+        old = self.listen_pid
+        if pids and old not in pids:
+            return False  # another session holds it
+        if not self.lock_retake_deadline:
+            self.lock_retake_deadline = now + LOCK_RETAKE_WINDOW
+        if old in pids:
+            log.warning(
+                "reconnect: the dispatcher lock is still held by our old listen session"
+                " (server pid %d, from before the connection broke); terminating it",
+                old,
+            )
+            try:
+                self.db.terminate_backend(old)
+            except psycopg.Error as exc:
+                log.warning("cannot terminate server pid %d: %s", old, _one_line(exc))
+        self.db.close()
+        self.reconnect_at = now + LOCK_RETAKE_RETRY
+        return True
+
     def _abort_fatal(self) -> None:
-        """Another dispatcher owns the database: kill our workers (no writes) and stop."""
+        """Another dispatcher owns the database: kill our workers and stop.
+
+        Before going, the owed writes and the stats are still sent (best
+        effort): the writes are fenced by dispatcher_id, so they change only
+        rows still held by this dispatcher.
+        """
         for w in self._all_workers():
             w.wait_dead()
             w.close_fds()
         self.pools.clear()
         self.leftover.clear()
+        if not self.db.work_dead():
+            where = self.where
+            errors = [e for e in self.errors if e[0] not in where]
+            answered = [i for i in self.answered if i not in where]
+            try:
+                if errors or answered:
+                    self.db.iteration(self.dispatcher_id, errors, answered, None, None)
+                    self.errors, self.answered = [], []
+                if self.stats.pending():
+                    self.db.flush_stats(self.stats.flush_args())
+                    self.stats.clear()
+            except psycopg.Error as exc:
+                log.warning("could not settle owed writes and stats: %s", _one_line(exc))
         raise FatalError(self.lock_lost or self.fatal or "fatal error")
 
     # == reload ==================================================================

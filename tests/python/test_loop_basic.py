@@ -241,6 +241,66 @@ def test_query_error_keeps_the_lock_and_a_broken_work_connection_alone_is_reopen
         d.db.close()
 
 
+def test_reconnect_takes_the_lock_back_from_our_own_old_session(
+    dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a partition longer than the keepalives the server may still run the old
+    listen backend, holding the lock: the reconnect terminates it and goes on.
+
+    Regression: try_lock failed and the dispatcher aborted, believing another
+    dispatcher had taken over.
+    """
+    d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
+    old = d.db.listen
+    try:
+        old_pid = d.db.listen_pid()
+        d.stats.handed_out(2)
+        # The client gives the link up; the server side lives on (lock held).
+        d.db.listen = None
+        d._db_lost(time.monotonic(), psycopg.OperationalError("link down"))
+        assert not d.db_ok
+        deadline = time.monotonic() + 10
+        while not d.db_ok:
+            assert time.monotonic() < deadline, "lock not retaken"
+            time.sleep(max(0.0, d.reconnect_at - time.monotonic()))
+            d._reconnect(time.monotonic())
+        assert d.lock_lost is None
+        new_pid = d.db.listen_pid()
+        assert new_pid != old_pid
+        (alive_old,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (old_pid,)
+        ).fetchone()
+        assert alive_old == 0
+        assert d.db.lock_pids() == {new_pid}
+    finally:
+        d.db.close()
+        old.close()
+
+
+def test_lock_really_lost_on_reconnect_still_flushes_stats(
+    dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pepsi_dispatch.db import LOCK_KEY
+    from pepsi_dispatch.errors import FatalError
+
+    d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
+    try:
+        d.stats.handed_out(7)
+        conn.execute("SELECT pg_terminate_backend(%s)", (d.db.listen_pid(),))
+        time.sleep(0.2)
+        with pytest.raises(psycopg.Error) as err:
+            d.db.ping_listen()
+        d._db_lost(time.monotonic(), err.value)
+        assert d.db.listen is None
+        # Another dispatcher takes the lock meanwhile.
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        with pytest.raises(FatalError, match="lost the database to another dispatcher"):
+            d._reconnect(time.monotonic())
+        assert conn.execute("SELECT messages FROM pepsi.dispatch_stats").fetchone() == (7,)
+    finally:
+        d.db.close()
+
+
 # ---------------------------------------------------------------- dispatcher process
 
 
