@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import click
 
 from pepsi_dispatch import __version__
-from pepsi_dispatch.errors import PepsiError, UsageError
+from pepsi_dispatch.clirun import run_click
 from pepsi_dispatch.logsetup import logs_to_file, parse_level, setup_logging
 
 __all__ = ["PROG", "cli", "main"]
@@ -98,29 +98,14 @@ def _report(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (never raises, never a traceback)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        rv = cli.main(args=args, prog_name=PROG, standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.Abort:
-        return 130
-    except click.UsageError as exc:
-        _report(f"{exc.format_message()} (see '{PROG} -h')")
-        return 2
-    except click.ClickException as exc:
-        _report(exc.format_message())
-        return exc.exit_code
-    except PepsiError as exc:
-        _report(str(exc))
-        return 2 if isinstance(exc, UsageError) else 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # a bug or an unforeseen runtime failure: one line, exit 1
+
+    def internal_error(exc: Exception) -> int:  # a bug or an unforeseen runtime failure
         log.debug("unexpected error", exc_info=True)
         _report(f"internal error: {type(exc).__name__}: {exc} (run with -L DEBUG for details)")
         return 1
-    return rv if isinstance(rv, int) else 0
+
+    args = sys.argv[1:] if argv is None else argv
+    return run_click(cli, PROG, args, _report, internal_error)
 
 
 if __name__ == "__main__":

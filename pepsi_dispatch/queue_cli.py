@@ -29,7 +29,7 @@ import click
 import psycopg
 
 from pepsi_dispatch import __version__
-from pepsi_dispatch.errors import PepsiError, UsageError
+from pepsi_dispatch.clirun import run_click
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -221,31 +221,18 @@ def _report(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (one error line, never a traceback)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        rv = cli.main(args=args, prog_name=PROG, standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.Abort:
-        return 130
-    except click.UsageError as exc:
-        _report(f"{exc.format_message()} (see '{PROG} -h')")
-        return 2
-    except click.ClickException as exc:
-        _report(exc.format_message())
-        return exc.exit_code
-    except PepsiError as exc:
-        _report(str(exc))
-        return 2 if isinstance(exc, UsageError) else 1
-    except psycopg.OperationalError as exc:
-        _report(f"cannot reach the database: {exc}")
+
+    def database_error(exc: Exception) -> int:
+        if isinstance(exc, psycopg.OperationalError):
+            _report(f"cannot reach the database: {exc}")
+        elif isinstance(exc, psycopg.Error):
+            _report(f"database: {exc.diag.message_primary or exc}")
+        else:
+            raise exc
         return 1
-    except psycopg.Error as exc:
-        _report(f"database: {exc.diag.message_primary or exc}")
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return rv if isinstance(rv, int) else 0
+
+    args = sys.argv[1:] if argv is None else argv
+    return run_click(cli, PROG, args, _report, database_error)
 
 
 if __name__ == "__main__":

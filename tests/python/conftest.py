@@ -15,6 +15,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -76,30 +77,32 @@ def template_db(pg_admin_dsn: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextmanager
+def scratch_database(admin_dsn: str, template: str | None = None) -> Iterator[str]:
+    """A new database (empty, or cloned from `template`), dropped on exit; yields its DSN."""
+    name = f"pepsi_t_{uuid.uuid4().hex[:12]}"
+    clone = f' TEMPLATE "{template}"' if template else ""
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"{clone}')
+    try:
+        yield with_dbname(admin_dsn, name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def empty_dsn(pg_admin_dsn: str) -> Iterator[str]:
     """DSN of a fresh, empty (unmigrated) database, dropped after the test."""
-    name = f"pepsi_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_dbname(pg_admin_dsn, name)
-    finally:
-        with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture
 def dsn(pg_admin_dsn: str, template_db: str) -> Iterator[str]:
     """DSN of a fresh database migrated to head, dropped after the test."""
-    name = f"pepsi_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    try:
-        yield with_dbname(pg_admin_dsn, name)
-    finally:
-        with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_dsn, template_db) as dsn:
+        yield dsn
 
 
 @pytest.fixture

@@ -58,8 +58,8 @@ def _nodes(plan: dict) -> Iterator[dict]:
         yield from _nodes(child)
 
 
-def claim_plans(conn: psycopg.Connection, caps: list[int], skip_locked: bool = False) -> list[dict]:
-    """Plans of every statement run inside one claim (rolled back), via auto_explain."""
+def captured_plans(conn: psycopg.Connection, statements: list[tuple[str, tuple]]) -> list[dict]:
+    """Plans (auto_explain, JSON, ANALYZE) of every statement the given ones run, rolled back."""
     plans: list[dict] = []
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -71,20 +71,32 @@ def claim_plans(conn: psycopg.Connection, caps: list[int], skip_locked: bool = F
     try:
         with conn.transaction(force_rollback=True):
             conn.execute("LOAD 'auto_explain'")
-            conn.execute("SET LOCAL auto_explain.log_min_duration = 0")
-            conn.execute("SET LOCAL auto_explain.log_nested_statements = on")
-            conn.execute("SET LOCAL auto_explain.log_analyze = on")
-            conn.execute("SET LOCAL auto_explain.log_buffers = on")
-            conn.execute("SET LOCAL auto_explain.log_format = json")
-            conn.execute("SET LOCAL client_min_messages = log")
-            rows = conn.execute(
-                "SELECT * FROM pepsi.claim(1, %s, %s, %s)", (STAGES, caps, skip_locked)
-            ).fetchall()
+            for setting in (
+                "auto_explain.log_min_duration = 0",
+                "auto_explain.log_nested_statements = on",
+                "auto_explain.log_analyze = on",
+                "auto_explain.log_buffers = on",
+                "auto_explain.log_format = json",
+                "client_min_messages = log",
+            ):
+                conn.execute(f"SET LOCAL {setting}")
+            for query, params in statements:
+                conn.execute(query, params).fetchall()
             conn.execute("SET LOCAL client_min_messages = notice")
     finally:
         conn.remove_notice_handler(on_notice)
-    assert rows, "the claim returned nothing"
-    return [p for p in plans if "UPDATE pepsi.workqueue" in p.get("Query Text", "")]
+    return plans
+
+
+def claim_plans(conn: psycopg.Connection, caps: list[int], skip_locked: bool = False) -> list[dict]:
+    """Plans of the UPDATE inside one claim (rolled back)."""
+    plans = captured_plans(
+        conn, [("SELECT * FROM pepsi.claim(1, %s, %s, %s)", (STAGES, caps, skip_locked))]
+    )
+    update = [p for p in plans if "UPDATE pepsi.workqueue" in p.get("Query Text", "")]
+    moved = [n for p in update for n in _nodes(p["Plan"]) if n["Node Type"] == "ModifyTable"]
+    assert moved and moved[0]["Actual Rows"] > 0, "the claim returned nothing"
+    return update
 
 
 def scans(plans: list[dict]) -> list[tuple[str, str | None, str | None]]:
@@ -224,29 +236,7 @@ def test_claim_plan_does_not_depend_on_fresh_statistics(conn: psycopg.Connection
 
 def transition_plans(conn: psycopg.Connection, calls: list[str]) -> list[dict]:
     """Plans of the UPDATE statements run inside the given calls (rolled back)."""
-    plans: list[dict] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        text = diag.message_primary or ""
-        if "plan:" in text:
-            plans.append(json.loads(text.split("plan:", 1)[1]))
-
-    conn.add_notice_handler(on_notice)
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute("LOAD 'auto_explain'")
-            for setting in (
-                "auto_explain.log_min_duration = 0",
-                "auto_explain.log_nested_statements = on",
-                "auto_explain.log_format = json",
-                "client_min_messages = log",
-            ):
-                conn.execute(f"SET LOCAL {setting}")
-            for call in calls:
-                conn.execute(call)
-            conn.execute("SET LOCAL client_min_messages = notice")
-    finally:
-        conn.remove_notice_handler(on_notice)
+    plans = captured_plans(conn, [(call, ()) for call in calls])
     return [p for p in plans if p.get("Query Text", "").lstrip().startswith("UPDATE")]
 
 
