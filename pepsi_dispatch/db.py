@@ -85,7 +85,8 @@ SQL_CHECK_ANSWERED: Final = (
     "SELECT workqueue_id, stage FROM pepsi.check_answered(%s::bigint, %s::bigint[])"
 )
 SQL_CLAIM: Final = (
-    "SELECT workqueue_id, stage FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean)"
+    "SELECT workqueue_id, stage FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean,"
+    " %s::bigint[])"
 )
 # statement_timestamp() comes along so the next-due timer is computed on the
 # database's clock, immune to skew between this host and the server.
@@ -396,14 +397,16 @@ class Database:
         errors: Sequence[tuple[int, str, str]],
         answered: Sequence[int],
         requeue: tuple[list[str], list[int], int, float | None] | None,
-        claim: tuple[list[str], list[int]] | None,
+        claim: tuple[list[str], list[int], list[int | None] | None] | None,
     ) -> IterationResult:
         """One loop iteration's writes, pipelined: all or nothing.
 
         ``errors`` -- (id, status, reason) for ``pepsi.record_dispatch_error``;
         ``answered`` -- ids answered ``0``, for ``pepsi.check_answered``;
         ``requeue`` -- arguments of ``pepsi.requeue_due`` or None;
-        ``claim`` -- (stages, caps) for ``pepsi.claim`` or None.
+        ``claim`` -- (stages, caps, after_ids) for ``pepsi.claim`` or None;
+        after_ids (the claim floors, aligned with stages, None = no bound) is
+        None or a list.
         Order matters: failures and checks first, so a claim in the same
         pipeline can never see a row this iteration is still settling.
         """
@@ -429,7 +432,7 @@ class Database:
                     c_req = work.execute(SQL_REQUEUE_DUE, requeue)
                 if claim is not None:
                     c_claim = work.execute(
-                        SQL_CLAIM, (dispatcher_id, claim[0], claim[1], self.competing)
+                        SQL_CLAIM, (dispatcher_id, claim[0], claim[1], self.competing, claim[2])
                     )
             if c_err is not None:
                 c_err.fetchall()

@@ -95,6 +95,13 @@ class Dispatcher:
         #: before the answer of the first worker is read, so every owed write
         #: about an id is checked against this map when it is sent.
         self.where: dict[int, Worker] = {}
+        #: Claim floors (docs/INTERNALS.md, "Claim floors"): stage -> an id at or
+        #: below which no row of that stage is pending, passed to the claim as
+        #: after_ids so its index scan starts there instead of walking the dead
+        #: entries claimed rows leave in the pending index. Absent = no bound.
+        #: Raised by claims, lowered by every answer/error/release, cleared by
+        #: anything else that may make a low id pending. Never used competing.
+        self.floor: dict[str, int] = {}
         # Flags and timers (monotonic seconds).
         self.claim_needed = True
         self.requeue_dirty = False
@@ -376,6 +383,8 @@ class Dispatcher:
             if channel == "config_changed":
                 self.reload_pending = True
             else:
+                # An insert that took a low id may commit after a claim passed it.
+                self.floor.clear()
                 self.claim_needed = True
 
     def _on_stdout(self, w: Worker, now: float) -> None:
@@ -746,18 +755,26 @@ class Dispatcher:
         ):
             requeue = self._requeue_args()
         claim = None
+        stages: list[str] = []
+        caps: list[int] = []
         # With a requeue in the pipeline, claim too: the claim runs after it and
         # picks up the rows it just made pending, in the same round trip.
         if (self.claim_needed or requeue) and not self.shutting_down:
-            stages, caps = [], []
             for name, pool in self.pools.items():
                 cap = pool.capacity(now)
                 if cap > 0:
                     stages.append(name)
                     caps.append(cap)
-            if stages:
-                claim = (stages, caps)
         errors, answered, release = self.errors, self.answered, self.to_release
+        if self.floor:
+            self._lower_floors(errors, answered, release)
+        if stages:
+            after_ids = None
+            # A requeue in the same pipeline may make low ids pending just before
+            # the claim: that claim goes unbounded (about once a second when busy).
+            if self.floor and requeue is None and not self.dc.competing:
+                after_ids = [self.floor.get(s) for s in stages]
+            claim = (stages, caps, after_ids)
         where = self.where
         if where and (errors or answered or release):
             # An id owed a write may meanwhile be in flight again at its next
@@ -787,6 +804,24 @@ class Dispatcher:
             self._after_iteration(result, now)
         self._maybe_flush(now)
 
+    def _lower_floors(
+        self, errors: list[tuple[int, str, str]], answered: list[int], release: list[int]
+    ) -> None:
+        """Rows answered, failed or released may be pending again (at any stage,
+        a stage can advance a row anywhere) with their own id: no floor may stay
+        at or above the lowest of them."""
+        low = min(
+            min(answered, default=INF),
+            min((e[0] for e in errors), default=INF),
+            min(release, default=INF),
+        )
+        if low == INF:
+            return
+        floor = self.floor
+        for stage, f in floor.items():
+            if f >= low:
+                floor[stage] = int(low) - 1
+
     def _requeue_args(self) -> tuple[list[str], list[int], int, float | None]:
         stages = list(self.pools)
         retries = [self.pools[s].config.max_retries for s in stages]
@@ -804,6 +839,13 @@ class Dispatcher:
         if result.requeue is not None:
             self._requeued(result.requeue, now)
         if result.claimed:
+            if not self.dc.competing:
+                # The pick takes a stage's lowest pending ids above its floor: every
+                # pending row of that stage up to the highest id returned is claimed.
+                floor = self.floor
+                for wid, stage in result.claimed:
+                    if wid > floor.get(stage, 0):
+                        floor[stage] = wid
             self._place(result.claimed, now)
 
     def _requeued(self, r: Requeue, now: float) -> None:
@@ -817,6 +859,8 @@ class Dispatcher:
         else:
             # +5 ms: wake just after the row is due, not just before.
             self.requeue_at = now + r.next_due_in + 0.005
+        if r.requeued:
+            self.floor.clear()  # requeued rows are pending again with their low ids
         if r.requeued or r.exhausted or r.expired:
             self.stats.requeued += r.requeued
             self.stats.expired += r.expired
@@ -901,6 +945,10 @@ class Dispatcher:
 
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.heartbeat_interval
+        # Rows made pending without a notification (an operator's requeue_failed)
+        # are claimed at the latest on this tick (when busy, within about a second:
+        # a claim in the same pipeline as requeue_due goes unbounded).
+        self.floor.clear()
         try:
             self.db.heartbeat(self.dispatcher_id)
             self.db.ping_listen()
@@ -1048,6 +1096,7 @@ class Dispatcher:
         )
         self.reconnect_failures = 0
         self.reconnect_delay = RECONNECT_FIRST
+        self.floor.clear()  # stray rows were released; notifications may be lost
         self.claim_needed = True
         self.requeue_at = now
         if work_only:
@@ -1144,6 +1193,7 @@ class Dispatcher:
                 if not w.inflight and not w.stopping:
                     self._stop_worker(w, now, "reload")
         self._build_pools(self.config)
+        self.floor.clear()
         self.claim_needed = True
         log.info(
             "configuration reloaded: stages %s; retiring %d worker(s)",

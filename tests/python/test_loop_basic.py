@@ -747,3 +747,78 @@ def test_crash_after_reading_still_fails_the_head(
     ).fetchone()
     assert row == ("worker exited with code 3",)
     assert d.stop() == 0
+
+
+def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: Path) -> None:
+    """Claim floors (docs/INTERNALS.md): an answered/failed/released id X may be
+    pending again at any stage, so every floor drops below X; requeued rows clear all."""
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.db import Requeue
+    from pepsi_dispatch.loop import Dispatcher
+
+    conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
+    d = Dispatcher(load_config(str(conf)))
+    d.floor = {"a": 100, "b": 40}
+    d._lower_floors([], [70, 90], [])
+    assert d.floor == {"a": 69, "b": 40}
+    d._lower_floors([(50, "failed", "x")], [], [60])
+    assert d.floor == {"a": 49, "b": 40}
+    d._lower_floors([], [], [1])
+    assert d.floor == {"a": 0, "b": 0}
+    d.floor = {"a": 100}
+    d._requeued(Requeue(0, 1, 0, None), time.monotonic())
+    assert d.floor == {"a": 100}  # failed (exhausted) rows are not pending
+    d._requeued(Requeue(1, 0, 0, None), time.monotonic())
+    assert d.floor == {}
+
+
+def test_a_paused_row_requeued_below_the_claim_floor_is_claimed_promptly(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """The first (lowest) id is paused for 1 s while the claims move on past it;
+    requeued, it is pending again with the lowest id: it must be claimed at once,
+    not on the POLL_INTERVAL (60 s) heartbeat."""
+    prog = program("--pause-first", "a=1", "--sleep", "a=0.1")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {"a": {"PROGRAM": prog, "PARALLELISM": "1", "QUEUE_LIMIT": "2"}},
+    )
+    d = served(conf)
+    ids = enqueue(conn, "a", 60)
+    first = min(ids)
+
+    def status() -> str:
+        return conn.execute(
+            "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (first,)
+        ).fetchone()[0]
+
+    wait_for(lambda: status() == "paused", timeout=30, what="the first row paused")
+    paused_at = time.monotonic()
+    wait_for(lambda: status() == "done", timeout=4.0, what="the paused row done within ~3 s")
+    assert time.monotonic() - paused_at < 4.0
+    # The backlog was still being worked through: the floor was past the row.
+    assert counts(conn).get("done", 0) < 60
+    wait_for(lambda: counts(conn) == {"done": 60}, timeout=60, what="60 rows done")
+    assert d.stop() == 0
+
+
+def test_rows_advanced_out_of_id_order_are_all_claimed_at_the_next_stage(
+    conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """Two workers of a, odd ids slow: rows reach b out of id order, so b's claim
+    floor passes ids that become pending at b later. None may wait for the heartbeat."""
+    prog = program("--next", "a=b", "--sleep-odd", "a=0.2", "--sleep", "b=0.02")
+    conf = write_conf(
+        tmp_path / "pepsi.conf",
+        {
+            "a": {"PROGRAM": prog, "NEXT": "b", "PARALLELISM": "2", "QUEUE_LIMIT": "1"},
+            "b": {"PROGRAM": prog, "PARALLELISM": "1", "QUEUE_LIMIT": "2"},
+        },
+    )
+    d = served(conf)
+    started = time.monotonic()
+    enqueue(conn, "a", 40)
+    # ~20 odd rows x 0.2 s over 2 workers: a few seconds, far below POLL_INTERVAL.
+    wait_for(lambda: counts(conn) == {"done": 40}, timeout=20, what="40 rows done")
+    assert time.monotonic() - started < 20
+    assert d.stop() == 0

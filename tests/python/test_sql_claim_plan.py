@@ -88,11 +88,21 @@ def captured_plans(conn: psycopg.Connection, statements: list[tuple[str, tuple]]
     return plans
 
 
-def claim_plans(conn: psycopg.Connection, caps: list[int], skip_locked: bool = False) -> list[dict]:
+def claim_plans(
+    conn: psycopg.Connection,
+    caps: list[int],
+    skip_locked: bool = False,
+    after_ids: list[int | None] | None = None,
+) -> list[dict]:
     """Plans of the UPDATE inside one claim (rolled back)."""
-    plans = captured_plans(
-        conn, [("SELECT * FROM pepsi.claim(1, %s, %s, %s)", (STAGES, caps, skip_locked))]
-    )
+    if after_ids is None:  # the 4-argument call (v1 has no after_ids)
+        call = ("SELECT * FROM pepsi.claim(1, %s, %s, %s)", (STAGES, caps, skip_locked))
+    else:
+        call = (
+            "SELECT * FROM pepsi.claim(1, %s, %s, %s, %s::bigint[])",
+            (STAGES, caps, skip_locked, after_ids),
+        )
+    plans = captured_plans(conn, [call])
     update = [p for p in plans if "UPDATE pepsi.workqueue" in p.get("Query Text", "")]
     moved = [n for p in update for n in _nodes(p["Plan"]) if n["Node Type"] == "ModifyTable"]
     assert moved and moved[0]["Actual Rows"] > 0, "the claim returned nothing"
@@ -159,6 +169,8 @@ def test_large_backlog_keeps_the_index_plan_where_v1_scanned_the_table(big_dsn: 
 
             # The same situation with claim v1 (UPDATE ... FROM a materialized CTE):
             # this is the regression v2 fixed, so the test proves it can see it.
+            # (v4 has a fifth parameter: drop it, or the 4-argument call is ambiguous.)
+            conn.execute("DROP FUNCTION pepsi.claim(bigint, text[], integer[], boolean, bigint[])")
             conn.execute((ROOT / "sql/functions/claim.v1.sql").read_text())
             v1 = scans(claim_plans(conn, CAPS16))
             assert ("Seq Scan", "workqueue", None) in v1, f"v1 plan changed: {v1}"
@@ -208,6 +220,24 @@ def test_claims_after_a_burst_of_50000_stay_fast(big_dsn: str, record_property) 
     )
     assert_index_plan(plans)
     assert after < 50, f"claim after the burst took {after:.1f} ms"
+
+
+def test_after_ids_bound_is_an_index_condition_of_the_pick(big_dsn: str) -> None:
+    """v4: the per-stage bound starts the pending-index scan (it is not a filter)."""
+    with psycopg.connect(big_dsn, autocommit=True) as conn:
+        lows = conn.execute(
+            "SELECT stage, min(workqueue_id) FROM pepsi.workqueue WHERE status = 'pending'"
+            " GROUP BY stage"
+        ).fetchall()
+        low = dict(lows)
+        after_ids = [low.get(s) for s in STAGES]
+        after_ids[1] = None  # a NULL entry: no bound for that stage
+        for skip_locked in (False, True):
+            plans = claim_plans(conn, CAPS16, skip_locked, after_ids)
+            assert_index_plan(plans)
+            nodes = _nodes(plans[0]["Plan"])
+            picks = [n for n in nodes if n.get("Index Name") == "workqueue_pending_idx"]
+            assert picks and all("workqueue_id >" in n.get("Index Cond", "") for n in picks), picks
 
 
 def test_claim_plan_does_not_depend_on_fresh_statistics(conn: psycopg.Connection) -> None:

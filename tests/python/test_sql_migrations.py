@@ -12,6 +12,7 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIM = "pepsi.claim(bigint, text[], integer[], boolean)"
+CLAIM4 = "pepsi.claim(bigint, text[], integer[], boolean, bigint[])"  # 0007 on
 HEARTBEAT = "pepsi.heartbeat(bigint)"
 
 
@@ -129,13 +130,30 @@ def test_a_migration_installs_a_version_and_its_downgrade_restores_the_previous(
         alembic(empty_dsn, "downgrade", "0003")
         assert definition(conn, HEARTBEAT) == hb1, "downgrade reinstalls heartbeat v1"
 
+        def grants(signature: str) -> tuple[bool, bool, bool]:
+            return conn.execute(
+                "SELECT has_function_privilege('pepsi_dispatcher', %s, 'EXECUTE'),"
+                " has_function_privilege('pepsi_stage', %s, 'EXECUTE'),"
+                " has_function_privilege('pepsi_ingress', %s, 'EXECUTE')",
+                (signature, signature, signature),
+            ).fetchone()
+
         # Grants survive the swap (CREATE OR REPLACE keeps the ACL).
+        alembic(empty_dsn, "upgrade", "0006")
+        v3 = definition(conn, CLAIM)
+        assert v3[1] == body_of("claim", 3)
+        assert grants(CLAIM) == (True, False, False)
+        # 0007 changes the signature: drop, create, grant again (not to PUBLIC).
+        alembic(empty_dsn, "upgrade", "0007")
+        assert definition(conn, CLAIM4)[1] == body_of("claim", 4)
+        assert grants(CLAIM4) == (True, False, False)
+        assert conn.execute("SELECT to_regprocedure(%s)", (CLAIM,)).fetchone() == (None,)
+        alembic(empty_dsn, "downgrade", "0006")
+        assert definition(conn, CLAIM) == v3, "downgrade reinstalls claim v3"
+        assert grants(CLAIM) == (True, False, False)
+        assert conn.execute("SELECT to_regprocedure(%s)", (CLAIM4,)).fetchone() == (None,)
         alembic(empty_dsn, "upgrade", "head")
-        assert conn.execute(
-            "SELECT has_function_privilege('pepsi_dispatcher', %s, 'EXECUTE'),"
-            " has_function_privilege('pepsi_stage', %s, 'EXECUTE')",
-            (CLAIM, CLAIM),
-        ).fetchone() == (True, False)
+        assert grants(CLAIM4) == (True, False, False)
 
 
 def test_head_base_head_leaves_no_stray_objects(empty_dsn: str) -> None:
@@ -158,5 +176,6 @@ def test_head_base_head_leaves_no_stray_objects(empty_dsn: str) -> None:
 def test_offline_sql_script_matches_the_online_migration(tmp_path: Path) -> None:
     """`alembic upgrade head --sql` gives DBAs a script psql can apply."""
     out = alembic("postgresql:///unused", "upgrade", "head", "--sql")
-    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 3  # v1, v2, v3
+    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 4  # v1, v2, v3, v4
+    assert "DROP FUNCTION pepsi.claim(bigint, text[], integer[], boolean)" in out
     assert "CREATE SCHEMA pepsi;" in out

@@ -1,7 +1,7 @@
 -- pepsi.claim: one statement for all stages, each limited to its cap,
 -- lowest ids first, pending rows only.
 BEGIN;
-SELECT plan(22);
+SELECT plan(30);
 
 -- 10 pending rows on each of a, b, c; interleaved ids.
 SELECT count(*) FROM (
@@ -67,6 +67,40 @@ SELECT results_eq('SELECT workqueue_id FROM c3 WHERE stage = ''b''',
     'skip_locked also claims lowest ids first');
 SELECT is((SELECT count(*)::int FROM pepsi.claim(4, ARRAY['b', 'b'], ARRAY[1, 1])), 1,
           'a stage named twice: the picks overlap and no row comes back twice');
+
+-- after_ids (v4): a per-stage lower bound, NULL entries and a NULL array = none.
+CREATE TEMP TABLE xy AS
+SELECT s AS stage, pepsi.enqueue(s, jsonb_build_object('j', i)) AS workqueue_id
+  FROM generate_series(1, 6) AS i, unnest(ARRAY['x', 'y']) AS s
+ ORDER BY i, s;
+CREATE TEMP TABLE xs AS
+SELECT workqueue_id, row_number() OVER (ORDER BY workqueue_id) AS n FROM xy WHERE stage = 'x';
+CREATE TEMP TABLE c5 AS
+SELECT * FROM pepsi.claim(5, ARRAY['x', 'y'], ARRAY[2, 2], false,
+                          ARRAY[(SELECT workqueue_id FROM xs WHERE n = 3), NULL]);
+SELECT results_eq('SELECT workqueue_id FROM c5 WHERE stage = ''x''',
+    'SELECT workqueue_id FROM xs WHERE n IN (4, 5) ORDER BY workqueue_id',
+    'after_ids bounds the stage: the lowest ids above the bound');
+SELECT results_eq('SELECT workqueue_id FROM c5 WHERE stage = ''y''',
+    $$SELECT workqueue_id FROM xy WHERE stage = 'y' ORDER BY workqueue_id LIMIT 2$$,
+    'a NULL entry of after_ids means no bound');
+SELECT is((SELECT count(*)::int FROM pepsi.workqueue w JOIN xs USING (workqueue_id)
+            WHERE xs.n <= 3 AND w.status = 'pending'), 3,
+          'rows at or below the bound stay pending');
+CREATE TEMP TABLE c6 AS
+SELECT * FROM pepsi.claim(6, ARRAY['x'], ARRAY[10], true,
+                          ARRAY[(SELECT workqueue_id FROM xs WHERE n = 5)]);
+SELECT results_eq('SELECT workqueue_id FROM c6',
+    'SELECT workqueue_id FROM xs WHERE n = 6',
+    'skip_locked honours after_ids too');
+SELECT is((SELECT count(*)::int FROM pepsi.claim(7, ARRAY['x'], ARRAY[10], false, NULL)), 3,
+          'a NULL after_ids claims from the low end');
+SELECT throws_ok($$SELECT * FROM pepsi.claim(7, ARRAY['y'], ARRAY[10], false,
+                                            ARRAY[NULL, 1]::bigint[])$$, '22023', NULL, 'claim refuses after_ids of a different length than stages');
+SELECT is((SELECT count(*)::int FROM pepsi.claim(8, ARRAY['y'], ARRAY[3], true)), 3,
+          'the 4-argument call still works (no bound)');
+SELECT is((SELECT count(*)::int FROM pepsi.claim(8, ARRAY['y'], ARRAY[3])), 1,
+          'the 3-argument call still works (no bound)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -12,7 +12,10 @@ hurt the row's next run), then answer ``0`` (or ``0 fused=...`` with
 ``--fuse``). ``--env-file`` appends the worker's PEPSI_* environment and argv
 as one JSON line per start. ``--again STAGE``: the first time this worker
 sees an id at STAGE it advances the row to STAGE itself (it runs there once
-more), the second time it goes on as usual.
+more), the second time it goes on as usual. ``--pause-first STAGE=SECONDS``:
+the first id this worker sees at STAGE is paused that long (requeue_due makes
+it pending again, with its low id). ``--sleep-odd STAGE=SECONDS``: sleep that
+long before handling an odd id (rows leave the stage out of id order).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def main() -> int:
     parser.add_argument("--env-file")
     parser.add_argument("--startup-delay", type=float, default=0.0)
     parser.add_argument("--again", action="append", default=[])
+    parser.add_argument("--pause-first", action="append", default=[])
+    parser.add_argument("--sleep-odd", action="append", default=[])
     parser.add_argument("-c", dest="config")
     parser.add_argument("command")
     args = parser.parse_args()
@@ -48,6 +53,8 @@ def main() -> int:
     fuse = pairs(args.fuse).get(stage)
     sleep = float(pairs(args.sleep).get(stage, 0))
     late = float(pairs(args.sleep_before_answer).get(stage, 0))
+    pause_first = pairs(args.pause_first).get(stage)
+    sleep_odd = float(pairs(args.sleep_odd).get(stage, 0))
     if args.env_file:
         with open(args.env_file, "a") as f:
             env = {k: v for k, v in os.environ.items() if k.startswith("PEPSI_")}
@@ -59,7 +66,15 @@ def main() -> int:
         wid = int(line)
         if sleep:
             time.sleep(sleep)
-        if stage in args.again and wid not in seen:
+        if sleep_odd and wid % 2:
+            time.sleep(sleep_odd)
+        if pause_first is not None:
+            conn.execute(
+                "SELECT pepsi.pause(%s, %s, now() + make_interval(secs => %s), 'test', %s)",
+                (wid, stage, float(pause_first), did),
+            )
+            pause_first = None
+        elif stage in args.again and wid not in seen:
             seen.add(wid)
             conn.execute("SELECT pepsi.advance(%s, %s, %s, %s)", (wid, stage, stage, did))
         elif nxt:
