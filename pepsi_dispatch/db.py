@@ -91,7 +91,8 @@ SQL_CLAIM: Final = (
 # statement_timestamp() comes along so the next-due timer is computed on the
 # database's clock, immune to skew between this host and the server.
 SQL_REQUEUE_DUE: Final = (
-    "SELECT requeued, exhausted, expired, next_due - statement_timestamp()"
+    "SELECT requeued, exhausted, expired, next_due - statement_timestamp(),"
+    " exhausted_stages, exhausted_counts, expired_stages, expired_counts"
     " FROM pepsi.requeue_due(%s::text[], %s::int[], %s::int, make_interval(secs => %s::float8))"
 )
 SQL_PURGE: Final = "SELECT pepsi.purge_done(make_interval(secs => %s::float8), %s::int)"
@@ -118,12 +119,18 @@ SQL_HELD: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
-    """Result of ``pepsi.requeue_due``: counts and seconds until the next due row."""
+    """Result of ``pepsi.requeue_due``: counts and seconds until the next due row.
+
+    ``exhausted_by_stage`` / ``expired_by_stage``: (stage, count) pairs, the
+    per-stage split of ``exhausted`` / ``expired`` (requeue_due v2).
+    """
 
     requeued: int
     exhausted: int
     expired: int
     next_due_in: float | None
+    exhausted_by_stage: tuple[tuple[str, int], ...] = ()
+    expired_by_stage: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -448,7 +455,18 @@ class Database:
 def _requeue(row: Any) -> Requeue:
     if row is None:
         return Requeue(0, 0, 0, None)
-    return Requeue(int(row[0] or 0), int(row[1] or 0), int(row[2] or 0), _seconds(row[3]))
+    return Requeue(
+        int(row[0] or 0),
+        int(row[1] or 0),
+        int(row[2] or 0),
+        _seconds(row[3]),
+        _pairs(row[4], row[5]),
+        _pairs(row[6], row[7]),
+    )
+
+
+def _pairs(stages: Any, counts: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((s, int(n)) for s, n in zip(stages or (), counts or (), strict=True) if n)
 
 
 def ids_text(ids: Iterable[int]) -> str:

@@ -864,6 +864,8 @@ class Dispatcher:
         if r.requeued or r.exhausted or r.expired:
             self.stats.requeued += r.requeued
             self.stats.expired += r.expired
+            for stage, n in r.exhausted_by_stage:
+                self.stats.exhausted(stage, n)
             self.claim_needed = True
             # One INFO line per minute at most (the first one at once): a stage
             # that pauses a lot would otherwise log every second all hour.

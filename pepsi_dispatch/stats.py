@@ -72,6 +72,14 @@ class Stats:
         self.stage_runs += 1
         self.total_stage_runs += 1
 
+    def exhausted(self, stage: str, n: int) -> None:
+        """``pepsi.requeue_due`` failed ``n`` paused rows of ``stage``: retries exhausted.
+
+        No stage run (the stage did not run them again), only failures.
+        """
+        if n:
+            self.stage(stage).failed += n
+
     def timed_out(self, stage: str, seconds: float) -> None:
         """The MAX_RUNTIME watchdog killed a worker over its head-of-line message."""
         counters = self.stage(stage)

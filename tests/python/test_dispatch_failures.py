@@ -192,6 +192,14 @@ def test_retry_cap(h: Harness) -> None:
         10,
         message=lambda: f"2 requeues counted: {h.dispatch_stats()}",
     )
+    # The row requeue_due failed with 'retries exhausted' counts as failed, in
+    # its stage and in the global total.
+    wait_until(
+        lambda: h.stage_stats().get("a", {}).get("failed") == 1,
+        10,
+        message=lambda: f"exhausted row counted in stage_stats: {h.stage_stats()}",
+    )
+    assert h.dispatch_stats()["failed"] == 1, h.dispatch_stats()
     assert d.terminate() == 0
 
 

@@ -766,8 +766,11 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     d._lower_floors([], [], [1])
     assert d.floor == {"a": 0, "b": 0}
     d.floor = {"a": 100}
-    d._requeued(Requeue(0, 1, 0, None), time.monotonic())
+    d._requeued(Requeue(0, 1, 0, None, (("a", 1),)), time.monotonic())
     assert d.floor == {"a": 100}  # failed (exhausted) rows are not pending
+    # ... and they count as failed in their stage (so in dispatch_stats.failed too).
+    args = d.stats.flush_args()
+    assert (args["stages"], args["failed"], args["stage_runs"]) == (["a"], [1], 0)
     d._requeued(Requeue(1, 0, 0, None), time.monotonic())
     assert d.floor == {}
 

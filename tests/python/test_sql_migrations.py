@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLAIM = "pepsi.claim(bigint, text[], integer[], boolean)"
 CLAIM4 = "pepsi.claim(bigint, text[], integer[], boolean, bigint[])"  # 0007 on
 HEARTBEAT = "pepsi.heartbeat(bigint)"
+REQUEUE_DUE = "pepsi.requeue_due(text[], integer[], integer, interval)"
 
 
 def alembic(dsn: str, *args: str) -> str:
@@ -152,8 +153,19 @@ def test_a_migration_installs_a_version_and_its_downgrade_restores_the_previous(
         assert definition(conn, CLAIM) == v3, "downgrade reinstalls claim v3"
         assert grants(CLAIM) == (True, False, False)
         assert conn.execute("SELECT to_regprocedure(%s)", (CLAIM4,)).fetchone() == (None,)
+        alembic(empty_dsn, "upgrade", "0007")
+        rq1 = definition(conn, REQUEUE_DUE)
+        assert rq1[1] == body_of("requeue_due", 1)
+        # 0008 changes the return type (same arguments): drop, create, grant again.
+        alembic(empty_dsn, "upgrade", "0008")
+        assert definition(conn, REQUEUE_DUE)[1] == body_of("requeue_due", 2)
+        assert grants(REQUEUE_DUE) == (True, False, False)
+        alembic(empty_dsn, "downgrade", "0007")
+        assert definition(conn, REQUEUE_DUE) == rq1, "downgrade reinstalls requeue_due v1"
+        assert grants(REQUEUE_DUE) == (True, False, False)
         alembic(empty_dsn, "upgrade", "head")
         assert grants(CLAIM4) == (True, False, False)
+        assert grants(REQUEUE_DUE) == (True, False, False)
 
 
 def test_head_base_head_leaves_no_stray_objects(empty_dsn: str) -> None:

@@ -1,6 +1,6 @@
 -- pepsi.requeue_due: the retry policy for paused rows whose time has come.
 BEGIN;
-SELECT plan(20);
+SELECT plan(22);
 
 CREATE FUNCTION pg_temp.paused(s text, retries int, due interval, age interval)
 RETURNS bigint LANGUAGE sql AS $$
@@ -19,8 +19,8 @@ SELECT pg_temp.paused('a', 0, '-1 s', '1 h')    AS retry,
 
 SELECT results_eq(
     $$SELECT * FROM pepsi.requeue_due(ARRAY['a', 'b'], ARRAY[2, 7], 10, interval '1 day')$$,
-    $$VALUES (3, 2, 1, now() + interval '1 h')$$,
-    'counts requeued, exhausted, expired and returns the next due time');
+    $$VALUES (3, 2, 1, now() + interval '1 h', ARRAY['a', 'z'], ARRAY[1, 1], ARRAY['a'], ARRAY[1])$$,
+    'counts requeued, exhausted, expired (in total and per stage) and returns the next due time');
 SELECT results_eq(format('SELECT status, retries, timeout FROM pepsi.workqueue WHERE workqueue_id = %s', :retry),
     $$VALUES ('pending'::text, 1, NULL::timestamptz)$$,
     'a due row below its cap goes pending with retries + 1 and no timeout');
@@ -44,14 +44,14 @@ SELECT is((SELECT status FROM pepsi.workqueue WHERE workqueue_id = :old_not_due)
 
 SELECT results_eq(
     $$SELECT * FROM pepsi.requeue_due(ARRAY['a'], ARRAY[2], 10, interval '1 day')$$,
-    $$VALUES (0, 0, 0, now() + interval '1 h')$$,
+    $$VALUES (0, 0, 0, now() + interval '1 h', '{}'::text[], '{}'::int[], '{}'::text[], '{}'::int[])$$,
     'a second call finds nothing due and still reports the next due time');
 
 UPDATE pepsi.workqueue SET timeout = now() - interval '1 s'
  WHERE workqueue_id IN (:later, :old_not_due);
 SELECT results_eq(
     $$SELECT * FROM pepsi.requeue_due(ARRAY['a'], ARRAY[2], NULL, NULL)$$,
-    $$VALUES (2, 0, 0, NULL::timestamptz)$$,
+    $$VALUES (2, 0, 0, NULL::timestamptz, '{}'::text[], '{}'::int[], '{}'::text[], '{}'::int[])$$,
     'NULL expiry expires nothing; next_due is NULL when no row is paused');
 SELECT is((SELECT retries FROM pepsi.workqueue WHERE workqueue_id = :old_not_due), 1,
           'the old row was requeued since nothing expires');
@@ -67,6 +67,19 @@ SELECT pg_temp.paused('zero', 0, '-1 s', '1 h') AS zero \gset
 SELECT results_eq(
     $$SELECT exhausted FROM pepsi.requeue_due(ARRAY['zero'], ARRAY[0], 10, interval '1 day')$$,
     $$VALUES (1)$$, 'MAX_RETRIES 0 means no retry');
+
+-- Per stage: several rows of one stage are summed, stages come sorted.
+SELECT pg_temp.paused('s2', 3, '-1 s', '1 h'), pg_temp.paused('s1', 3, '-1 s', '1 h'),
+       pg_temp.paused('s2', 3, '-1 s', '1 h'), pg_temp.paused('s2', 3, '-1 s', '3 days'),
+       pg_temp.paused('s3', 0, '-1 s', '1 h') \gset
+SELECT results_eq(
+    $$SELECT requeued, exhausted, expired, exhausted_stages, exhausted_counts, expired_stages, expired_counts
+        FROM pepsi.requeue_due(ARRAY['s2', 's1', 's3'], ARRAY[3, 3, 3], NULL, interval '1 day')$$,
+    $$VALUES (1, 3, 1, ARRAY['s1', 's2'], ARRAY[1, 2], ARRAY['s2'], ARRAY[1])$$,
+    'exhausted and expired rows are counted per stage');
+SELECT is((SELECT count(*)::int FROM pepsi.workqueue
+            WHERE stage IN ('s1', 's2') AND state->>'dispatch_error' = 'retries exhausted'), 3,
+          'the rows counted as exhausted are the rows failed with retries exhausted');
 
 -- Other states are never touched.
 INSERT INTO pepsi.workqueue (stage, status, timeout, dispatcher_id) VALUES
