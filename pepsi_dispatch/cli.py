@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import click
 
 from pepsi_dispatch import __version__
-from pepsi_dispatch.clirun import run_click
+from pepsi_dispatch.clirun import config_option, run_click
 from pepsi_dispatch.logsetup import logs_to_file, parse_level, setup_logging
 
 __all__ = ["PROG", "cli", "main"]
@@ -40,13 +40,7 @@ class _Options:
     invoke_without_command=True,
     help="Coordinator of the pepsi PostgreSQL work queue: run it as 'pepsi-dispatch serve'.",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    metavar="FILE",
-    help="Configuration file (default: $PEPSI_CONFIG, ~/.config/pepsi.conf, /etc/pepsi.conf).",
-)
+@config_option
 @click.option(
     "-L",
     "--log-level",

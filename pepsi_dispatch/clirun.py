@@ -13,6 +13,15 @@ import click
 
 from pepsi_dispatch.errors import PepsiError, UsageError
 
+#: ``-c FILE``, the same in every tool; the value arrives as ``config_path``.
+config_option = click.option(
+    "-c",
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="Configuration file (default: $PEPSI_CONFIG, ~/.config/pepsi.conf, /etc/pepsi.conf).",
+)
+
 
 def run_click(
     group: click.Group,

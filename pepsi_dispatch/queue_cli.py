@@ -29,7 +29,7 @@ import click
 import psycopg
 
 from pepsi_dispatch import __version__
-from pepsi_dispatch.clirun import run_click
+from pepsi_dispatch.clirun import config_option, run_click
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -57,13 +57,7 @@ class _Ctx:
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Operate the pepsi work queue: enqueue, status, failed, requeue, purge.",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    metavar="FILE",
-    help="Configuration file (default: $PEPSI_CONFIG, ~/.config/pepsi.conf, /etc/pepsi.conf).",
-)
+@config_option
 @click.version_option(
     __version__, "-v", "--version", prog_name=PROG, message="%(prog)s %(version)s"
 )
