@@ -149,5 +149,7 @@ def test_processing_seconds_plausible(h: Harness) -> None:
         message=lambda: str(h.stage_stats()),
     )
     secs = ss["a"]["processing_seconds"]
-    assert 8 * 0.3 <= secs <= 8 * 0.3 + 3, f"processing_seconds {secs} for 8 x 0.3 s"
+    # The dispatcher starts a pipelined message's clock when it reads the previous
+    # answer, a few ms after the worker already started it: allow 50 ms each.
+    assert 8 * 0.25 <= secs <= 8 * 0.3 + 3, f"processing_seconds {secs} for 8 x 0.3 s"
     assert d.terminate() == 0
