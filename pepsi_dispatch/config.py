@@ -232,6 +232,8 @@ class StageConfig:
     queue_limit: int = 4
     max_messages: int = 1000
     max_retries: int = 10
+    #: PAUSED (an overlay option the dashboard sets): claim nothing for this stage.
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,7 @@ _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "QUEUE_LIMIT": ("queue_limit", _int_opt(1)),
     "MAX_MESSAGES": ("max_messages", _int_opt(1)),
     "MAX_RETRIES": ("max_retries", _int_opt(0)),
+    "PAUSED": ("paused", _bool_value),
 }
 _DATABASE_OPTIONS = ("DSN",)
 _KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")

@@ -37,6 +37,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ SQL_TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
 SQL_TRY_LOCK_SHARED: Final = "SELECT pg_try_advisory_lock_shared(%s::bigint)"
 SQL_REGISTER: Final = "SELECT pepsi.register_dispatcher(%s::text, %s::int, %s::boolean)"
 SQL_HEARTBEAT: Final = "SELECT pepsi.heartbeat(%s::bigint)"
+SQL_HEARTBEAT_GAUGES: Final = "SELECT pepsi.heartbeat(%s::bigint, %s::jsonb)"
 SQL_UNREGISTER: Final = "SELECT pepsi.unregister_dispatcher(%s::bigint)"
 SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%s::bigint, %s::boolean, make_interval(secs => %s::float8))"
@@ -341,9 +343,12 @@ class Database:
             )
         )
 
-    def heartbeat(self, dispatcher_id: int) -> None:
-        """``pepsi.heartbeat``."""
-        self._scalar(SQL_HEARTBEAT, (dispatcher_id,), "heartbeat")
+    def heartbeat(self, dispatcher_id: int, gauges: dict[str, Any] | None = None) -> None:
+        """``pepsi.heartbeat``; ``gauges`` (v3) land in ``dispatchers.gauges``."""
+        if gauges is None:
+            self._scalar(SQL_HEARTBEAT, (dispatcher_id,), "heartbeat")
+        else:
+            self._scalar(SQL_HEARTBEAT_GAUGES, (dispatcher_id, Jsonb(gauges)), "heartbeat")
 
     def unregister(self, dispatcher_id: int) -> None:
         """``pepsi.unregister_dispatcher``."""

@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from . import gauges
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
@@ -792,7 +793,9 @@ class Dispatcher:
                     self.db.release(self.dispatcher_id, release)
                     log.debug("released %d row(s): %s", len(release), ids_text(release))
                 self.to_release = []
+                t0 = time.monotonic()
                 result = self.db.iteration(self.dispatcher_id, errors, answered, requeue, claim)
+                self.stats.round_trip(time.monotonic() - t0, claim is not None)
                 self.round_trips += 1
             except psycopg.Error as exc:
                 self._db_lost(now, exc)
@@ -952,7 +955,7 @@ class Dispatcher:
         # a claim in the same pipeline as requeue_due goes unbounded).
         self.floor.clear()
         try:
-            self.db.heartbeat(self.dispatcher_id)
+            self.db.heartbeat(self.dispatcher_id, gauges.collect(self))
             self.db.ping_listen()
             self._on_listen(now)  # notifications that arrived during the ping
             if not self.db_ok:

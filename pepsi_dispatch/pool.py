@@ -72,7 +72,10 @@ class StagePool:
         slots count only outside a spawn cooldown. This is PARALLELISM ×
         QUEUE_LIMIT minus what is in flight, minus what retiring workers and
         MAX_MESSAGES make unusable -- so claimed ids always find a place.
+        A PAUSED stage claims nothing (its workers finish what they hold).
         """
+        if self.config.paused:
+            return 0
         cap = sum(self.room(w) for w in self.workers)
         if now >= self.cooldown_until:
             cap += max(0, self.parallelism - len(self.workers)) * self.queue_limit

@@ -9,8 +9,68 @@ that fails keeps its deltas, so they go out with the next one.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
+
+#: Bucket upper bounds (seconds) of the dispatcher's histograms: database round
+#: trips (sub-millisecond upwards) and per-stage service times (up to minutes).
+DB_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+SERVICE_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Cumulative-since-start bucket counters (Prometheus histogram semantics).
+
+    ``counts[i]`` counts observations in (bounds[i-1], bounds[i]]; the last
+    slot is +Inf. Never reset: exported through the heartbeat's gauges.
+    """
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum}
 
 
 @dataclass(slots=True)
@@ -40,6 +100,23 @@ class Stats:
     #: Totals since start (never reset), for the shutdown summary line.
     total_messages: int = 0
     total_stage_runs: int = 0
+    #: Since start, for the heartbeat's gauges (pepsi-httpd's /metrics).
+    claims: int = 0
+    db_seconds: Histogram = field(default_factory=lambda: Histogram(DB_BUCKETS))
+    service: dict[str, Histogram] = field(default_factory=dict)
+
+    def served(self, stage: str, seconds: float) -> None:
+        """One message's service time at ``stage`` (answer time − hand-out time)."""
+        h = self.service.get(stage)
+        if h is None:
+            h = self.service[stage] = Histogram(SERVICE_BUCKETS)
+        h.observe(seconds)
+
+    def round_trip(self, seconds: float, claimed: bool) -> None:
+        """One hot-path pipeline took ``seconds``; ``claimed``: it carried a claim."""
+        self.db_seconds.observe(seconds)
+        if claimed:
+            self.claims += 1
 
     def stage(self, name: str) -> StageCounters:
         """Counters of stage ``name`` (created on first use)."""
@@ -58,6 +135,7 @@ class Stats:
         counters = self.stage(stage)
         counters.processed += 1
         counters.seconds += seconds
+        self.served(stage, seconds)
         for name in fused:
             self.stage(name).processed += 1
         runs = 1 + len(fused)
@@ -69,6 +147,7 @@ class Stats:
         counters = self.stage(stage)
         counters.failed += 1
         counters.seconds += seconds
+        self.served(stage, seconds)
         self.stage_runs += 1
         self.total_stage_runs += 1
 

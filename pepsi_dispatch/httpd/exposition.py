@@ -1,0 +1,200 @@
+"""/metrics: Prometheus text built from one ``pepsi.dashboard_snapshot()`` with prometheus_client.
+
+The families of ``pepsi.metrics()`` keep their names and labels; the queue's
+age, the retries due, live dispatchers and the dispatchers' own gauges (sent
+with their heartbeats) come on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+STAGE_COUNTERS = (
+    ("processed", "Messages a stage processed successfully."),
+    ("failed", "Messages that failed at a stage."),
+    ("timeouts", "Messages that hit MAX_RUNTIME at a stage."),
+    ("crashes", "Worker crashes at a stage."),
+    ("processing_seconds", "Seconds workers of a stage spent on messages."),
+)
+GLOBAL_COUNTERS = (
+    ("stage_runs", "Stage executions, fused ones included."),
+    ("messages", "Message ids handed to workers."),
+    ("failed", "Messages failed, all stages."),
+    ("timeouts", "Messages timed out, all stages."),
+    ("crashes", "Worker crashes, all stages."),
+    ("requeued", "Paused messages flipped back to pending."),
+    ("expired", "Messages expired (older than EXPIRY)."),
+)
+
+
+def _histogram(
+    name: str, doc: str, labels: list[str], items: Iterable[tuple[list[str], dict[str, Any]]]
+) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=labels)
+    for values, h in items:
+        bounds, counts = h.get("bounds") or [], h.get("counts") or []
+        if len(counts) != len(bounds) + 1:
+            continue
+        cumulative, buckets = 0, []
+        for bound, n in zip([*bounds, float("inf")], counts, strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+        fam.add_metric(values, buckets, float(h.get("sum") or 0.0))
+    return fam
+
+
+def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) -> Iterator[Metric]:
+    """Every metric family of one snapshot (``paused``: stage -> PAUSED in the config)."""
+    yield GaugeMetricFamily("pepsi_database_up", "1 when the database answered.", value=1)
+    yield GaugeMetricFamily(
+        "pepsi_httpd_snapshot_seconds",
+        "Time the last dashboard_snapshot() call took (pepsi-httpd caches it for 1 s).",
+        value=sql_seconds,
+    )
+    stats = snap.get("stage_stats") or []
+    for col, doc in STAGE_COUNTERS:
+        fam = CounterMetricFamily(f"pepsi_stage_{col}", doc, labels=["stage"])
+        for s in stats:
+            fam.add_metric([s["stage"]], float(s[col]))
+        yield fam
+    totals = snap.get("totals") or {}
+    for name, doc in GLOBAL_COUNTERS:
+        yield CounterMetricFamily(f"pepsi_dispatch_{name}", doc, value=float(totals.get(name, 0)))
+    depth = GaugeMetricFamily(
+        "pepsi_queue_depth",
+        "Rows in pepsi.workqueue by stage and status.",
+        labels=["stage", "status"],
+    )
+    for q in snap.get("queue") or []:
+        depth.add_metric([q["stage"], q["status"]], q["count"])
+    yield depth
+    age = GaugeMetricFamily(
+        "pepsi_queue_oldest_pending_age_seconds",
+        "Seconds since the oldest pending row of a stage became pending.",
+        labels=["stage"],
+    )
+    for stage, seconds in sorted((snap.get("oldest_pending") or {}).items()):
+        age.add_metric([stage], float(seconds))
+    yield age
+    due = GaugeMetricFamily(
+        "pepsi_queue_retries_due",
+        "Paused rows whose time has come (requeue_due flips them to pending).",
+        labels=["stage"],
+    )
+    for stage, n in sorted((snap.get("retries_due") or {}).items()):
+        due.add_metric([stage], n)
+    yield due
+    fam = GaugeMetricFamily(
+        "pepsi_stage_paused", "1 when the stage is PAUSED (claims nothing).", labels=["stage"]
+    )
+    for stage, is_paused in sorted(paused.items()):
+        fam.add_metric([stage], 1 if is_paused else 0)
+    yield fam
+    dispatchers = snap.get("dispatchers") or []
+    yield GaugeMetricFamily("pepsi_dispatchers", "Registered dispatchers.", value=len(dispatchers))
+    yield GaugeMetricFamily(
+        "pepsi_dispatchers_live",
+        "Dispatchers whose heartbeat is younger than 3 heartbeat intervals.",
+        value=sum(1 for d in dispatchers if d.get("live")),
+    )
+    yield from _dispatcher_families(dispatchers)
+
+
+def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
+    hb = GaugeMetricFamily(
+        "pepsi_dispatcher_heartbeat_age_seconds",
+        "Seconds since the dispatcher's last heartbeat.",
+        labels=["dispatcher"],
+    )
+    workers = GaugeMetricFamily(
+        "pepsi_dispatcher_workers",
+        "Worker processes by stage and state (busy, idle, retiring, stopping).",
+        labels=["dispatcher", "stage", "state"],
+    )
+    inflight = GaugeMetricFamily(
+        "pepsi_dispatcher_inflight",
+        "Message ids handed to workers and not answered yet, by stage.",
+        labels=["dispatcher", "stage"],
+    )
+    inflight_ids = GaugeMetricFamily(
+        "pepsi_dispatcher_inflight_ids",
+        "Distinct message ids the dispatcher holds in flight.",
+        labels=["dispatcher"],
+    )
+    round_trips = CounterMetricFamily(
+        "pepsi_dispatcher_round_trips",
+        "Hot-path database pipelines sent since the dispatcher started.",
+        labels=["dispatcher"],
+    )
+    claims = CounterMetricFamily(
+        "pepsi_dispatcher_claims",
+        "Of those, pipelines that carried a claim.",
+        labels=["dispatcher"],
+    )
+    db_hist: list[tuple[list[str], dict[str, Any]]] = []
+    service_hist: list[tuple[list[str], dict[str, Any]]] = []
+    for d in dispatchers:
+        did = str(d["dispatcher_id"])
+        hb.add_metric([did], float(d.get("heartbeat_age") or 0.0))
+        g = d.get("gauges")
+        if not g:
+            continue
+        for stage, states in sorted((g.get("workers") or {}).items()):
+            for state, n in sorted(states.items()):
+                workers.add_metric([did, stage, state], n)
+        for stage, n in sorted((g.get("inflight") or {}).items()):
+            inflight.add_metric([did, stage], n)
+        inflight_ids.add_metric([did], g.get("inflight_ids", 0))
+        round_trips.add_metric([did], float(g.get("round_trips", 0)))
+        claims.add_metric([did], float(g.get("claims", 0)))
+        if g.get("db_round_trip_seconds"):
+            db_hist.append(([did], g["db_round_trip_seconds"]))
+        for stage, h in sorted((g.get("service_seconds") or {}).items()):
+            service_hist.append(([did, stage], h))
+    yield from (hb, workers, inflight, inflight_ids, round_trips, claims)
+    yield _histogram(
+        "pepsi_dispatcher_db_round_trip_seconds",
+        "Duration of the dispatcher's hot-path database pipelines.",
+        ["dispatcher"],
+        db_hist,
+    )
+    yield _histogram(
+        "pepsi_dispatcher_service_seconds",
+        "Service time of a message at a stage (handed out to answered).",
+        ["dispatcher", "stage"],
+        service_hist,
+    )
+
+
+class _Once(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def render(metrics: Iterable[Metric]) -> bytes:
+    """Prometheus text exposition (0.0.4) of ``metrics``."""
+    from prometheus_client.exposition import generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Once(list(metrics)))
+    return generate_latest(registry)
+
+
+def database_down() -> list[Metric]:
+    """What /metrics says when the database does not answer."""
+    return [GaugeMetricFamily("pepsi_database_up", "1 when the database answered.", value=0)]

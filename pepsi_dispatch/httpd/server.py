@@ -1,0 +1,264 @@
+"""``pepsi-httpd [-c FILE] [--listen HOST:PORT] [--allow-actions]``: the HTTP front end.
+
+Routes:
+  GET  /metrics            Prometheus text (exposition.py)
+  GET  /healthz            200 "ok" while the database answers and a dispatcher is live, else 503
+  GET  /, /failures, /message/ID   the dashboard (one page, static/app.js renders the route)
+  GET  /static/NAME        our own JS and CSS (package data; no CDN)
+  GET  /api/overview, /api/failures?reason=&stage=, /api/message/ID   JSON for the dashboard
+  POST /api/requeue {"ids": [...]}, /api/cancel {"ids": [...]},
+       /api/pause {"stage": S, "paused": bool}
+       only with --allow-actions (else 403); each is one pepsi.dashboard_* function.
+
+The database is PEPSI_DSN, else [database] DSN of the configuration; connect
+as a login role in pepsi_dashboard (docs/OPERATIONS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import click
+
+from .. import __version__
+from ..clirun import config_option, run_click
+from ..config import load_config
+from ..errors import UsageError
+from . import exposition
+from .app import App, DatabaseDown
+
+PROG = "pepsi-httpd"
+DEFAULT_LISTEN = "127.0.0.1:9187"
+log = logging.getLogger("pepsi_dispatch.httpd")
+
+STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+PAGE_ROUTES = re.compile(r"^/(?:failures|message/\d+)?$")
+MAX_BODY = 64 * 1024
+
+
+def _static(name: str) -> bytes | None:
+    if not re.fullmatch(r"[a-z0-9_-]+\.(?:js|css|html|svg)", name):
+        return None
+    try:
+        return resources.files(__package__).joinpath("static", name).read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = f"pepsi-httpd/{__version__}"
+    app: App  # set on the subclass made by make_server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # -- replies ------------------------------------------------------------------
+    def _send(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json")
+
+    def _text(self, status: int, text: str) -> None:
+        self._send(status, text.encode(), "text/plain; charset=utf-8")
+
+    # -- GET ----------------------------------------------------------------------
+    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        url = urlsplit(self.path)
+        path = url.path
+        try:
+            if path == "/metrics":
+                self._metrics()
+            elif path == "/healthz":
+                self._healthz()
+            elif PAGE_ROUTES.match(path):
+                self._page()
+            elif path.startswith("/static/"):
+                body = _static(path[len("/static/") :])
+                if body is None:
+                    self._text(404, "not found\n")
+                else:
+                    ext = path[path.rfind(".") :]
+                    self._send(200, body, STATIC_TYPES[ext])
+            elif path == "/api/overview":
+                self._json(200, self.app.overview())
+            elif path == "/api/failures":
+                q = parse_qs(url.query)
+                reason = q.get("reason", [None])[0]
+                stage = q.get("stage", [None])[0] or None
+                self._json(200, {"rows": self.app.failed(reason, stage)})
+            elif m := re.fullmatch(r"/api/message/(\d+)", path):
+                row = self.app.message(int(m.group(1)))
+                if row is None:
+                    self._json(404, {"error": f"no message {m.group(1)}"})
+                else:
+                    self._json(200, {"message": row, "allow_actions": self.app.allow_actions})
+            else:
+                self._text(404, "not found\n")
+        except DatabaseDown as exc:
+            if path.startswith("/api/"):
+                self._json(503, {"error": f"database unavailable: {exc}"})
+            else:
+                self._text(503, f"database unavailable: {exc}\n")
+
+    def _metrics(self) -> None:
+        t0 = time.monotonic()
+        try:
+            snap = self.app.snapshot()
+        except DatabaseDown:
+            metrics = exposition.database_down()
+        else:
+            metrics = list(
+                exposition.families(snap.data, self.app.paused_map(snap.data), snap.seconds)
+            )
+        body = exposition.render(metrics)
+        log.debug("/metrics in %.1f ms", (time.monotonic() - t0) * 1000)
+        self._send(200, body, exposition.CONTENT_TYPE)
+
+    def _healthz(self) -> None:
+        try:
+            snap = self.app.snapshot()
+        except DatabaseDown as exc:
+            self._text(503, f"database unavailable: {exc}\n")
+            return
+        live = [d for d in snap.data.get("dispatchers") or [] if d.get("live")]
+        if not live:
+            self._text(503, "no live dispatcher heartbeat\n")
+            return
+        self._text(200, f"ok: {len(live)} live dispatcher(s)\n")
+
+    def _page(self) -> None:
+        body = _static("index.html") or b""
+        flag = b"true" if self.app.allow_actions else b"false"
+        self._send(200, body.replace(b"__ALLOW_ACTIONS__", flag), STATIC_TYPES[".html"])
+
+    # -- POST ---------------------------------------------------------------------
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        path = urlsplit(self.path).path
+        if path not in ("/api/requeue", "/api/cancel", "/api/pause"):
+            self._json(404, {"error": "not found"})
+            return
+        if not self.app.allow_actions:
+            self._json(403, {"error": "read-only: pepsi-httpd was started without --allow-actions"})
+            return
+        # A JSON body and a custom header: a cross-site form cannot send either.
+        if self.headers.get("X-Pepsi-Action") != "1" or not (
+            self.headers.get("Content-Type", "").startswith("application/json")
+        ):
+            self._json(
+                400, {"error": "actions need Content-Type: application/json and X-Pepsi-Action: 1"}
+            )
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 < length <= MAX_BODY:
+                raise ValueError("body missing or too large")
+            body = json.loads(self.rfile.read(length))
+            if path == "/api/pause":
+                stage = body["stage"]
+                paused = body["paused"]
+                if not isinstance(paused, bool) or stage not in self.app.config.stages:
+                    raise ValueError(f"unknown stage {stage!r} or bad 'paused'")
+                changed = self.app.pause(stage, paused)
+                self._json(200, {"changed": changed})
+                return
+            ids = body["ids"]
+            if not (isinstance(ids, list) and ids and all(type(i) is int for i in ids)):
+                raise ValueError("'ids' must be a non-empty list of integers")
+            n = self.app.requeue(ids) if path == "/api/requeue" else self.app.cancel(ids)
+            self._json(200, {"rows": n})
+        except (KeyError, TypeError, ValueError) as exc:
+            self._json(400, {"error": f"bad request: {exc}"})
+        except DatabaseDown as exc:
+            self._json(503, {"error": f"database unavailable: {exc}"})
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"--listen {text!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def make_server(app: App, listen: str) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"app": app})
+    server = ThreadingHTTPServer(parse_listen(listen), handler)
+    server.daemon_threads = True
+    return server
+
+
+@click.command(name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@config_option
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Address to serve on (port 0: any free port; the address is logged).",
+)
+@click.option(
+    "--allow-actions",
+    is_flag=True,
+    help="Enable the dashboard's requeue, cancel and pause/resume buttons (POST).",
+)
+@click.option("-L", "--log-level", default="INFO", show_default=True, help="Logging level.")
+@click.version_option(__version__, "-V", "--version", prog_name=PROG)
+def cli(config_path: str | None, listen: str, allow_actions: bool, log_level: str) -> int:
+    """Serve /metrics, /healthz and the web dashboard of a pepsi work queue."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s pepsi-httpd %(levelname)s %(message)s"
+    )
+    config = load_config(config_path)
+    app = App(config, allow_actions)
+    try:
+        server = make_server(app, listen)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {listen}: {exc}") from None
+    host, port = server.server_address[:2]
+    log.info(
+        "listening on http://%s:%d/ (%s)",
+        host,
+        port,
+        "actions allowed" if allow_actions else "read-only",
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        app.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    def report(text: str) -> None:
+        print(f"{PROG}: error: {text}", file=sys.stderr)
+
+    sys.exit(run_click(cli, PROG, sys.argv[1:] if argv is None else argv, report))

@@ -1,0 +1,198 @@
+"""pepsi-httpd: /metrics scraped for real and parsed by prometheus_client's parser, /healthz."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dispatch_harness import Harness, harness_fixture, wait_until  # noqa: F401
+from httpd_harness import Httpd
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@pytest.fixture
+def httpds() -> Iterator[list[Httpd]]:
+    started: list[Httpd] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+def scrape(srv: Httpd) -> dict[str, dict[tuple, float]]:
+    """family name -> {sorted label items + sample name: value}, parsed like Prometheus does."""
+    status, ctype, body = srv.get("/metrics")
+    assert status == 200, body
+    assert ctype.startswith("text/plain; version=0.0.4"), ctype
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(body):
+        samples = out.setdefault(fam.name, {})
+        for s in fam.samples:
+            samples[(s.name, *sorted(s.labels.items()))] = s.value
+    return out
+
+
+def conf_fast(h: Harness) -> Path:
+    # POLL_INTERVAL 1 s: heartbeats (and so gauges) every second.
+    stages = h.pipeline(["a", "b"], PARALLELISM=2)
+    return h.conf(stages, poll_interval="1 s", stats_interval="1 s")
+
+
+def test_metrics_real_scrape_matches_database(h: Harness, httpds: list[Httpd]) -> None:
+    conf = conf_fast(h)
+    d = h.start(conf)
+    ok = h.enqueue("a", 20)
+    bad = h.enqueue("a", [{"do_a": "sqlfail"}] * 3)
+    h.wait_all(where=f"workqueue_id <= {max(ok + bad)}")
+    # Rows no dispatcher stage takes: they stay pending and age.
+    h.conn.execute(
+        "INSERT INTO pepsi.workqueue (stage, updated_at) VALUES ('z', now() - interval '42 s')"
+    )
+    srv = Httpd(conf, h.dsn, h.tmp / "httpd.log")
+    httpds.append(srv)
+
+    def settled():
+        m = scrape(srv)
+        stats = h.stage_stats()
+        processed = m.get("pepsi_stage_processed", {})
+        service = m.get("pepsi_dispatcher_service_seconds", {})
+        count_a = sum(
+            v for k, v in service.items() if k[0].endswith("_count") and ("stage", "a") in k
+        )
+        if (
+            stats.get("b", {}).get("processed") == 20
+            and processed.get(("pepsi_stage_processed_total", ("stage", "b"))) == 20
+            and count_a >= 23
+        ):
+            return m
+        return None
+
+    m = wait_until(settled, 30, 0.2, lambda: "stats flushed and gauges heartbeat\n" + d.tail())
+    did = str(d.dispatcher_id(h.conn))
+
+    # Today's pepsi.metrics() families are all there, under the same names.
+    sql_text = h.conn.execute("SELECT pepsi.metrics()").fetchone()[0]
+    sql_names = {f.name for f in text_string_to_metric_families(sql_text)}
+    assert sql_names <= set(m), sql_names - set(m)
+
+    # Stats and queue depth equal the database.
+    for stage, row in h.stage_stats().items():
+        for col in ("processed", "failed", "timeouts", "crashes"):
+            assert (
+                m[f"pepsi_stage_{col}"][(f"pepsi_stage_{col}_total", ("stage", stage))] == row[col]
+            )
+    depth = m["pepsi_queue_depth"]
+    for stage, status, n in h.conn.execute(
+        "SELECT stage, status, count(*) FROM pepsi.workqueue GROUP BY 1, 2"
+    ).fetchall():
+        assert depth[("pepsi_queue_depth", ("stage", stage), ("status", status))] == n
+    assert (
+        m["pepsi_dispatch_messages"][("pepsi_dispatch_messages_total",)]
+        == h.dispatch_stats()["messages"]
+    )
+
+    # New series: oldest pending age, retries due, live dispatchers, gauges.
+    age = m["pepsi_queue_oldest_pending_age_seconds"][
+        ("pepsi_queue_oldest_pending_age_seconds", ("stage", "z"))
+    ]
+    assert 42 <= age < 120
+    assert "pepsi_queue_retries_due" in m
+    assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 1
+    assert m["pepsi_stage_paused"][("pepsi_stage_paused", ("stage", "a"))] == 0
+    workers = m["pepsi_dispatcher_workers"]
+    assert {k[2][1] for k in workers} == {"a", "b"}  # ("stage", name)
+    assert (
+        m["pepsi_dispatcher_round_trips"][
+            ("pepsi_dispatcher_round_trips_total", ("dispatcher", did))
+        ]
+        > 0
+    )
+    assert m["pepsi_dispatcher_claims"][("pepsi_dispatcher_claims_total", ("dispatcher", did))] > 0
+    db = m["pepsi_dispatcher_db_round_trip_seconds"]
+    inf = db[("pepsi_dispatcher_db_round_trip_seconds_bucket", ("dispatcher", did), ("le", "+Inf"))]
+    assert inf == db[("pepsi_dispatcher_db_round_trip_seconds_count", ("dispatcher", did))] > 0
+    service = m["pepsi_dispatcher_service_seconds"]
+    # 20 ok + 3 sqlfail (answer 0 after pepsi.fail) at a, 20 at b.
+    key_b = ("pepsi_dispatcher_service_seconds_count", ("dispatcher", did), ("stage", "b"))
+    assert service[key_b] == 20
+    assert "pepsi_dispatcher_inflight_ids" in m and "pepsi_dispatcher_inflight" in m
+    assert m["pepsi_database_up"][("pepsi_database_up",)] == 1
+
+
+def test_metrics_sql_part_is_cached_for_a_second(h: Harness, httpds: list[Httpd]) -> None:
+    srv = Httpd(None, h.dsn, h.tmp / "httpd.log")
+    httpds.append(srv)
+    scrape(srv)
+    calls = "SELECT calls FROM pg_stat_user_functions WHERE funcname = 'dashboard_snapshot'"
+    dbname = h.conn.info.dbname
+    h.conn.execute(f"ALTER DATABASE \"{dbname}\" SET track_functions = 'pl'")
+    srv.stop()
+    srv = Httpd(None, h.dsn, h.tmp / "httpd2.log")
+    httpds.append(srv)
+    for _ in range(20):
+        scrape(srv)
+    h.conn.execute("SELECT pg_stat_force_next_flush()")
+
+    def counted():
+        h.conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = h.conn.execute(calls).fetchone()
+        return row and row[0]
+
+    # 20 scrapes in well under 2 s: at most 2 or 3 snapshot queries, not 20.
+    n = wait_until(counted, 10, 0.1, "pg_stat_user_functions to count the calls")
+    assert n <= 5, n
+
+
+def test_healthz(h: Harness, httpds: list[Httpd]) -> None:
+    conf = conf_fast(h)
+    srv = Httpd(conf, h.dsn, h.tmp / "httpd.log")
+    httpds.append(srv)
+    status, _, body = srv.get("/healthz")
+    assert (status, body) == (503, "no live dispatcher heartbeat\n")
+    d = h.start(conf)
+    wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 with a dispatcher")
+    assert srv.get("/healthz")[2].startswith("ok: 1 live dispatcher")
+    assert d.terminate() == 0  # a clean stop unregisters
+    wait_until(lambda: srv.get("/healthz")[0] == 503, 10, 0.1, "healthz 503 after the stop")
+    # A dead dispatcher's row that stays behind goes stale: 3 heartbeat intervals (>= 10 s).
+    h.conn.execute(
+        "INSERT INTO pepsi.dispatchers (hostname, pid, heartbeat_at, gauges)"
+        " VALUES ('gone', 1, now() - interval '11 s', '{\"heartbeat_interval\": 1}')"
+    )
+    assert srv.get("/healthz")[0] == 503
+    h.conn.execute("UPDATE pepsi.dispatchers SET heartbeat_at = now()")
+    wait_until(lambda: srv.get("/healthz")[0] == 200, 5, 0.1, "a fresh heartbeat is live again")
+
+
+def test_healthz_and_metrics_without_database(tmp_path: Path, httpds: list[Httpd]) -> None:
+    srv = Httpd(None, "host=127.0.0.1 port=1 dbname=none connect_timeout=2", tmp_path / "h.log")
+    httpds.append(srv)
+    status, _, body = srv.get("/healthz")
+    assert status == 503 and body.startswith("database unavailable"), body
+    status, _, body = srv.get("/metrics")
+    assert status == 200
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    assert fams["pepsi_database_up"].samples[0].value == 0
+
+
+def test_read_only_refuses_actions(h: Harness, httpds: list[Httpd]) -> None:
+    [wid] = h.enqueue("nowhere", 1)
+    srv = Httpd(None, h.dsn, h.tmp / "httpd.log")
+    httpds.append(srv)
+    status, body = srv.post("/api/cancel", {"ids": [wid]})
+    assert status == 403 and "--allow-actions" in body["error"]
+    assert h.row(wid)["status"] == "pending"
+    status, _, page = srv.get("/")
+    assert status == 200 and 'data-allow-actions="false"' in page
+
+
+def test_actions_need_json_and_header(h: Harness, httpds: list[Httpd]) -> None:
+    [wid] = h.enqueue("nowhere", 1)
+    srv = Httpd(None, h.dsn, h.tmp / "httpd.log", allow_actions=True)
+    httpds.append(srv)
+    status, _ = srv.post("/api/cancel", {"ids": [wid]}, {"X-Pepsi-Action": "0"})
+    assert status == 400
+    status, body = srv.post("/api/cancel", {"ids": [wid]})
+    assert (status, body) == (200, {"rows": 1})
+    assert h.row(wid)["status"] == "failed"
+    assert h.row(wid)["state"]["error"] == "cancelled by operator"
