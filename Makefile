@@ -19,11 +19,14 @@ help:
 	@echo "make bench     throughput/latency benchmark"
 	@echo "make lint      ruff"
 
-# System packages: PostgreSQL server, pgTAP and pg_prove. Installed when missing and
-# running as root on Debian; otherwise named in one clear error.
+# System packages: PostgreSQL server, pgTAP and pg_prove, and headless Chromium with its
+# driver for the dashboard's browser test. Installed when missing and running as root
+# on Debian; otherwise named in one clear error.
 system-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	command -v pg_prove >/dev/null 2>&1 || missing="$$missing libtap-parser-sourcehandler-pgtap-perl"; \
 	ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1 || missing="$$missing postgresql-$${PG_MAJOR:-15}-pgtap"; \
 	if [ -n "$$missing" ]; then \

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 CACHE_SECONDS = 1.0
 #: Samples kept for the throughput chart (one per snapshot, at most one a second).
 RING_SIZE = 600
+#: The sampler takes a snapshot this often, so the throughput chart has a history
+#: when someone opens the dashboard (one query per SAMPLE_EVERY seconds at most).
+SAMPLE_EVERY = 5.0
 #: Rows on the dashboard's failures list.
 FAILED_ROWS = 200
 
@@ -49,6 +52,18 @@ class App:
         self._snap: Snapshot | None = None
         self._snap_lock = threading.Lock()
         self.samples: deque[dict[str, Any]] = deque(maxlen=RING_SIZE)
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
+
+    def start_sampler(self) -> None:
+        self._sampler.start()
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY):
+            try:
+                self.snapshot()  # appends a sample unless a request just did
+            except DatabaseDown as exc:
+                log.debug("sampler: %s", exc)
 
     # -- database -----------------------------------------------------------------
     def _connect(self) -> psycopg.Connection:
@@ -82,6 +97,7 @@ class App:
             raise AssertionError("unreachable")
 
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()

@@ -247,6 +247,7 @@ def cli(config_path: str | None, listen: str, allow_actions: bool, log_level: st
         port,
         "actions allowed" if allow_actions else "read-only",
     )
+    app.start_sampler()
     try:
         server.serve_forever()
     except KeyboardInterrupt:

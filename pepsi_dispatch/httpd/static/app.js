@@ -64,16 +64,16 @@ function layout(stages) {
   for (const n of names) {
     const d = depth[n];
     rows[d] = (rows[d] || 0) + 1;
-    pos[n] = { x: 20 + d * 230, y: 20 + (rows[d] - 1) * 100 };
+    pos[n] = { x: 20 + d * 240, y: 20 + (rows[d] - 1) * 110 };
   }
-  const h = 40 + Math.max(1, ...Object.values(rows)) * 100;
-  const w = 40 + (Math.max(0, ...Object.values(depth)) + 1) * 230;
+  const h = 30 + Math.max(1, ...Object.values(rows)) * 110;
+  const w = 40 + (Math.max(0, ...Object.values(depth)) + 1) * 240;
   return { pos, w, h };
 }
 function graphSVG(data) {
   const stages = data.stages;
   const { pos, w, h } = layout(stages);
-  const NW = 180, NH = 74;
+  const NW = 190, NH = 84;
   let edges = "", nodes = "";
   for (const [n, s] of Object.entries(stages)) {
     for (const m of s.next) {
@@ -93,10 +93,10 @@ function graphSVG(data) {
     const p = pos[n];
     nodes += `<g class="node${s.paused ? " paused" : ""}" data-node="${esc(n)}" transform="translate(${p.x},${p.y})">
       <rect width="${NW}" height="${NH}"></rect>
-      <text class="title" x="10" y="18">${esc(n)}${s.paused ? " ⏸ paused" : ""}</text>
-      <text x="10" y="38">pending ${c.pending || 0} · running ${c.running || 0}</text>
-      <text x="10" y="56">paused ${c.paused || 0} · failed ${c.failed || 0}</text>
-      <text x="10" y="70" class="muted" font-size="10">oldest pending ${esc(fmtAge(data.oldest_pending[n]))}</text>
+      <text class="title" x="10" y="20">${esc(n)}${s.paused ? " ⏸ paused" : ""}</text>
+      <text x="10" y="40">pending ${c.pending || 0} · running ${c.running || 0}</text>
+      <text x="10" y="58">paused ${c.paused || 0} · failed ${c.failed || 0}</text>
+      <text x="10" y="76" class="muted" font-size="11">oldest pending ${esc(fmtAge(data.oldest_pending[n]))}</text>
     </g>`;
   }
   return `<svg id="graph-svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" role="img" aria-label="stage graph">
