@@ -382,11 +382,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the workers N times, interleaved; medians"
     )
+    parser.add_argument(
+        "--scrape",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="each throughput run alone and with pepsi-httpd's /metrics scraped every SECONDS,"
+        " side by side (default worker sdk-gc; see pepsi_dispatch/bench_scrape.py)",
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
         print("bench: PEPSI_DSN is not set; run 'make bench'", file=sys.stderr)
         return 2
+    if args.scrape > 0:
+        from pepsi_dispatch.bench_scrape import compare
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            machine_facts(conn)
+        return compare(dsn, args)
     workers = args.worker or (["sdk-gc"] if args.group_commit else ["sdk", "sdk-gc", "raw"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         machine_facts(conn)

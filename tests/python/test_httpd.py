@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,3 +197,46 @@ def test_actions_need_json_and_header(h: Harness, httpds: list[Httpd]) -> None:
     assert (status, body) == (200, {"rows": 1})
     assert h.row(wid)["status"] == "failed"
     assert h.row(wid)["state"]["error"] == "cancelled by operator"
+
+
+def test_paused_overlay_option_empties_capacity(h: Harness) -> None:
+    from pepsi_dispatch.config import apply_overlay, load_config
+    from pepsi_dispatch.pool import StagePool
+
+    config = load_config(conf_fast(h))
+    assert not config.stages["a"].paused
+    paused = apply_overlay(config, [("stage-a", "PAUSED", "yes")])
+    assert paused.stages["a"].paused and not paused.stages["b"].paused
+    assert StagePool(paused.stages["a"], 1).capacity(0.0) == 0
+    assert StagePool(paused.stages["b"], 1).capacity(0.0) == 2 * 4
+
+
+def test_bench_scrape_option(dsn: str) -> None:
+    """`make bench BENCH_ARGS='--scrape 1'` runs (here tiny): both drains, the scrape times."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pepsi_dispatch.bench",
+            "--scrape",
+            "0.2",
+            "--messages",
+            "300",
+            "--stages",
+            "1",
+            "--worker",
+            "raw",
+            "--latency",
+            "0",
+        ],
+        env={**os.environ, "PEPSI_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "raw     alone" in out.stdout and "raw     scraped" in out.stdout, out.stdout
+    assert "GET /metrics during the drain" in out.stdout, out.stdout

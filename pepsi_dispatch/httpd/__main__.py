@@ -1,0 +1,5 @@
+"""``python -m pepsi_dispatch.httpd``: the same as ``pepsi-httpd``."""
+
+from .server import main
+
+main()
