@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,18 +131,20 @@ def test_metrics_sql_part_is_cached_for_a_second(h: Harness, httpds: list[Httpd]
     srv.stop()
     srv = Httpd(None, h.dsn, h.tmp / "httpd2.log")
     httpds.append(srv)
+    t0 = time.monotonic()
     for _ in range(20):
         scrape(srv)
-    h.conn.execute("SELECT pg_stat_force_next_flush()")
+    elapsed = time.monotonic() - t0
+    srv.stop()  # its backend flushes its function statistics as it exits
 
     def counted():
         h.conn.execute("SELECT pg_stat_clear_snapshot()")
         row = h.conn.execute(calls).fetchone()
         return row and row[0]
 
-    # 20 scrapes in well under 2 s: at most 2 or 3 snapshot queries, not 20.
-    n = wait_until(counted, 10, 0.1, "pg_stat_user_functions to count the calls")
-    assert n <= 5, n
+    # At most one snapshot query per second (plus the 5 s sampler's), not one per scrape.
+    n = wait_until(counted, 30, 0.1, "pg_stat_user_functions to count the calls")
+    assert n <= int(elapsed) + 3 < 20, (n, elapsed)
 
 
 def test_healthz(h: Harness, httpds: list[Httpd]) -> None:
