@@ -37,8 +37,16 @@ from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
-from .process import Worker, describe_exit
-from .protocol import FAILED, OK, parse_answer
+from .process import (
+    EX_TEMPFAIL,
+    ExitKind,
+    Worker,
+    become_subreaper,
+    classify_exit,
+    describe_exit,
+    reap_orphans,
+)
+from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -253,6 +261,9 @@ class Dispatcher:
     def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
         self._install_signals()
+        # Orphaned grandchildren of workers come to us, to be reaped (see _reap).
+        if not become_subreaper():
+            log.debug("cannot become a child subreaper; escaped grandchildren go to init")
         try:
             self.start()
             now = time.monotonic()
@@ -265,13 +276,8 @@ class Dispatcher:
                 now = time.monotonic()
                 for key, _mask in events:
                     kind, w = key.data
-                    if kind == "out":
-                        self._on_stdout(w, now)
-                    elif kind == "err":
-                        self._on_stderr(w)
-                    elif kind == "in":
-                        if w.flush_stdin():
-                            self._unwatch(w.stdin_fd)
+                    if kind in ("out", "err", "in"):
+                        self._on_worker_event(kind, w, now)
                     elif kind == "listen":
                         self._on_listen(now)
                     else:
@@ -387,6 +393,26 @@ class Dispatcher:
                 self.floor.clear()
                 self.claim_needed = True
 
+    def _on_worker_event(self, kind: str, w: Worker, now: float) -> None:
+        """One worker's pipe is ready. Whatever goes wrong handling it ends that
+        worker (its ids are settled when it is reaped), never the dispatcher."""
+        try:
+            if kind == "out":
+                self._on_stdout(w, now)
+            elif kind == "err":
+                self._on_stderr(w)
+            elif w.flush_stdin():
+                self._unwatch(w.stdin_fd)
+        except Exception:  # noqa: BLE001 - one worker's output must not end the loop
+            log.exception(
+                "stage %s worker pid %d: unexpected error handling its %s; stopping it",
+                w.stage,
+                w.pid,
+                {"out": "answers", "err": "stderr"}.get(kind, "stdin"),
+            )
+            if not w.killed:
+                self._kill(w, now)
+
     def _on_stdout(self, w: Worker, now: float) -> None:
         lines = w.read_answers()
         if lines is None:
@@ -437,7 +463,11 @@ class Dispatcher:
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
                 continue
-            answer = parse_answer(line)
+            try:
+                answer = parse_answer(line)
+            except Exception as exc:  # noqa: BLE001 - a bug here must cost one worker only
+                log.exception("stage %s worker pid %d: cannot classify an answer", w.stage, w.pid)
+                answer = Answer(PROTOCOL_ERROR, f"unreadable answer ({type(exc).__name__})")
             if answer.kind == OK:
                 self.answered.append(wid)
                 stats.succeeded(w.stage, seconds, answer.fused)
@@ -545,13 +575,22 @@ class Dispatcher:
         """Collect exited workers; settle their unanswered ids (they are dead now)."""
         check_all = self.sigchld
         self.sigchld = False
-        for w in self._all_workers():
-            if not (check_all or w.killed or w.eof):
-                continue
-            rc = w.poll()
-            if rc is None:
-                continue
-            self._finalize(w, rc, now)
+        for _ in range(8):  # bounded; the next SIGCHLD comes back here anyway
+            for w in self._all_workers():
+                if not (check_all or w.killed or w.eof):
+                    continue
+                rc = w.poll()
+                if rc is None:
+                    continue
+                self._finalize(w, rc, now)
+            if not check_all:
+                return
+            # As child subreaper: reap grandchildren that outlived their worker.
+            reaped, worker_waiting = reap_orphans({w.pid for w in self._all_workers()})
+            for pid in reaped:
+                log.debug("reaped pid %d, an orphaned descendant of a worker", pid)
+            if not worker_waiting:
+                return
 
     def _finalize(self, w: Worker, rc: int, now: float) -> None:
         pool = self._pool_of(w)
@@ -583,22 +622,33 @@ class Dispatcher:
         self.to_release.extend(undelivered)
         w.undelivered.clear()
         w.inflight.clear()
-        expected = w.stopping or self.shutting_down
+        kind = classify_exit(
+            rc,
+            killed=w.killed,
+            stopping=w.stopping,
+            shutting_down=self.shutting_down,
+            unanswered=len(ids),
+            undelivered=len(undelivered),
+            started=started,
+            db_connected=self.db_ok,
+        )
+        self._settle_exit(w, pool, kind, rc, ids, len(undelivered), now)
+        self.claim_needed = True
+
+    def _settle_exit(
+        self,
+        w: Worker,
+        pool: StagePool | None,
+        kind: ExitKind,
+        rc: int,
+        ids: list[int],
+        n_undelivered: int,
+        now: float,
+    ) -> None:
+        """Settle the unanswered ``ids`` of the dead worker ``w`` as ``kind`` says."""
+        exit_text = describe_exit(rc).removeprefix("worker ")
         cooled = False
-        if (ids or undelivered) and not w.killed and not self.shutting_down and not started:
-            # It died before reading any input (a PROGRAM that exits at once:
-            # bad arguments, a missing library): its head-of-line message never
-            # started, so nothing fails -- otherwise a broken PROGRAM would slowly
-            # fail the whole backlog, one message per cooldown.
-            self.to_release.extend(ids)
-            if pool is not None:
-                pool.start_cooldown(
-                    now,
-                    f"worker pid {w.pid} {describe_exit(rc).removeprefix('worker ')} before"
-                    f" reading its input ({len(ids) + len(undelivered)} message(s) stay pending)",
-                )
-                cooled = True
-        elif ids and not w.killed and not self.shutting_down:
+        if kind is ExitKind.CRASH:
             # A crash: the head-of-line message fails, the rest never ran.
             head, rest = ids[0], ids[1:]
             reason = describe_exit(rc)
@@ -615,33 +665,63 @@ class Dispatcher:
             )
         else:
             self.to_release.extend(ids)
-            if w.killed:
-                log.info(
-                    "stage %s worker pid %d killed; %d message(s) released",
-                    w.stage,
-                    w.pid,
-                    len(ids),
+        if kind is ExitKind.DIED_BEFORE_READING:
+            # Its head-of-line message never started, so nothing fails --
+            # otherwise a broken PROGRAM (bad arguments, a missing library) would
+            # slowly fail the whole backlog, one message per cooldown.
+            if pool is not None:
+                pool.start_cooldown(
+                    now,
+                    f"worker pid {w.pid} {exit_text} before reading its input"
+                    f" ({len(ids) + n_undelivered} message(s) stay pending)",
                 )
-            elif expected:
-                # Dying of the SIGTERM we sent is a normal way to stop.
-                normal = rc == 0 or (self.shutting_down and rc == -signal.SIGTERM)
-                level = logging.INFO if normal else logging.WARNING
-                log.log(
-                    level,
-                    "stage %s worker pid %d stopped (%s): %s%s",
-                    w.stage,
-                    w.pid,
-                    w.stop_reason or "dispatcher stopping",
-                    describe_exit(rc).removeprefix("worker "),
-                    f"; {len(ids)} message(s) released" if ids else "",
+                cooled = True
+        elif kind is ExitKind.TEMPFAIL:
+            # "I could not reach the database; nothing I held is done."
+            if pool is not None:
+                pool.start_cooldown(
+                    now,
+                    f"worker pid {w.pid} could not reach the database (exit {EX_TEMPFAIL});"
+                    f" {len(ids)} message(s) released",
                 )
+                cooled = True
             else:
                 log.warning(
-                    "stage %s worker pid %d exited unexpectedly: %s",
+                    "stage %s worker pid %d could not reach the database (exit %d);"
+                    " %d message(s) released",
                     w.stage,
                     w.pid,
-                    describe_exit(rc).removeprefix("worker "),
+                    EX_TEMPFAIL,
+                    len(ids),
                 )
+        elif kind is ExitKind.DB_DOWN:
+            log.warning(
+                "stage %s worker pid %d %s while the database is unreachable;"
+                " %d message(s) released, none failed",
+                w.stage,
+                w.pid,
+                exit_text,
+                len(ids),
+            )
+        elif kind is ExitKind.KILLED:
+            log.info(
+                "stage %s worker pid %d killed; %d message(s) released", w.stage, w.pid, len(ids)
+            )
+        elif kind is ExitKind.STOPPED:
+            # Dying of the SIGTERM we sent is a normal way to stop.
+            normal = rc == 0 or (self.shutting_down and rc == -signal.SIGTERM)
+            log.log(
+                logging.INFO if normal else logging.WARNING,
+                "stage %s worker pid %d stopped (%s): %s%s",
+                w.stage,
+                w.pid,
+                w.stop_reason or "dispatcher stopping",
+                exit_text,
+                f"; {len(ids)} message(s) released" if ids else "",
+            )
+        elif kind is ExitKind.EXITED:
+            log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)
+        expected = w.stopping or self.shutting_down
         if (
             pool is not None
             and not cooled
@@ -651,7 +731,6 @@ class Dispatcher:
             and not self.shutting_down
         ):
             pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
-        self.claim_needed = True
 
     def _timers(self, now: float) -> None:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""

@@ -1,0 +1,350 @@
+"""Faults an adversarial operator can throw at the real dispatcher (issue 8, the holes).
+
+Each test runs a real `pepsi-dispatch serve`, real worker processes and real signals
+against the session's PostgreSQL, and would fail on the dispatcher before these fixes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+from dispatch_harness import (  # noqa: F401
+    PYTHON,
+    WORKERS,
+    Harness,
+    harness_fixture,
+    pid_alive,
+    wait_until,
+)
+
+FAULT = WORKERS / "fault_worker.py"
+SDK_WORKER = Path(__file__).resolve().parent / "sdk_scripted_worker.py"
+
+
+def fault_program(h: Harness, first: str, wait_for: Path | None = None) -> tuple[str, Path]:
+    """PROGRAM of fault_worker.py doing `first` once; returns it and its marker path."""
+    marker = h.tmp / f"marker-{first.replace(':', '-').replace(',', '-')}"
+    parts = [str(PYTHON), str(FAULT), "--marker", str(marker), "--first", first]
+    if wait_for is not None:
+        parts += ["--wait-for", str(wait_for)]
+    return " ".join(parts), marker
+
+
+def error_of(row: dict) -> str:
+    return str((row["state"] or {}).get("dispatch_error", ""))
+
+
+def in_log(d, text: str, timeout: float = 30) -> None:
+    wait_until(lambda: text in d.log(), timeout, 0.1, lambda: f"{text!r} in the log:\n{d.tail()}")
+
+
+# ------------------------------------------------------------ 4: one answer line
+
+
+def test_answer_with_a_huge_number_is_a_protocol_error(h: Harness) -> None:
+    program, _ = fault_program(h, "bignum")
+    d = h.start(h.conf({"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 1}}))
+    first, second = h.enqueue("a", 2)
+    h.wait_all(timeout=60)
+    row = h.row(first)
+    assert row["status"] == "failed", row
+    assert "protocol error" in error_of(row), row
+    assert h.row(second)["status"] == "done"
+    assert d.running(), d.tail()
+    assert d.terminate() == 0
+
+
+def test_reloaded_integer_with_thousands_of_digits_is_a_clean_reload_failure(
+    h: Harness,
+) -> None:
+    d = h.start(h.conf(h.pipeline(["a"])))
+    h.set_config("stage-a", "MAX_RETRIES", "9" * 5000)
+    rc = d.wait_exit(30)
+    log = d.log()
+    assert "reloaded configuration does not parse" in log, log[-3000:]
+    assert "out of range" in log
+    assert "Traceback" not in log, log[-3000:]
+    assert rc == 1
+
+
+# ------------------------------------------------------------ 6: exit 75
+
+
+def test_exit_75_releases_every_message_and_fails_none(h: Harness) -> None:
+    program, marker = fault_program(h, "exit:75")
+    d = h.start(h.conf({"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 3}}))
+    ids = h.enqueue("a", 3)
+    h.wait_all(timeout=60)
+    assert marker.exists()
+    for i in ids:
+        row = h.row(i)
+        assert row["status"] == "done", row
+        assert row["retries"] == 0 and "dispatch_error" not in (row["state"] or {}), row
+    assert "could not reach the database (exit 75)" in d.log()
+    assert "holding off new workers" in d.log()
+    assert d.terminate() == 0
+    stats = h.stage_stats().get("a", {})
+    assert stats.get("crashes", 0) == 0 and stats.get("failed", 0) == 0, stats
+
+
+def _allow_connections(h: Harness, admin_dsn: str, allow: bool) -> None:
+    """Let new sessions into the test's database, or refuse them (existing ones stay)."""
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            f'ALTER DATABASE "{h.conn.info.dbname}" ALLOW_CONNECTIONS {str(allow).lower()}'
+        )
+
+
+def _terminate(h: Harness, app_like: str) -> int:
+    row = h.conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND application_name LIKE %s",
+        (app_like,),
+    ).fetchone()
+    return int(row[0])
+
+
+def _sessions(h: Harness, app: str) -> int:
+    row = h.conn.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = %s",
+        (app,),
+    ).fetchone()
+    return int(row[0])
+
+
+def test_sdk_worker_that_cannot_reconnect_exits_75_and_its_message_is_released(
+    h: Harness, pg_admin_dsn: str
+) -> None:
+    program = f"{PYTHON} {SDK_WORKER} --stages a"
+    conf = h.conf({"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 1}})
+    d = h.start(conf, env={"PEPSI_WORKER_RECONNECT_TIMEOUT": "1"})
+    try:
+        (wid,) = h.enqueue("a", [{"plan": {"a": {"op": "finish", "sleep": 3}}}])
+        wait_until(lambda: h.row(wid)["status"] == "running", 30)
+        wait_until(lambda: _sessions(h, "pepsi-worker a"), 30, message="the worker's session")
+        _allow_connections(h, pg_admin_dsn, False)
+        # The worker is inside the message (its handler sleeps 3 s); cut its session.
+        assert _terminate(h, "pepsi-worker%") == 1
+        in_log(d, "could not reach the database (exit 75)")
+    finally:
+        _allow_connections(h, pg_admin_dsn, True)
+    h.wait_all(timeout=90)
+    row = h.row(wid)
+    assert row["status"] == "done", row
+    assert row["retries"] == 0 and "dispatch_error" not in (row["state"] or {}), row
+    assert "crashed" not in d.log()
+    assert d.terminate() == 0
+
+
+def test_worker_exiting_while_the_dispatcher_is_offline_has_its_messages_released(
+    h: Harness, pg_admin_dsn: str
+) -> None:
+    go = h.tmp / "go"
+    program, marker = fault_program(h, "exit:3", wait_for=go)
+    d = h.start(h.conf({"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 2}}))
+    ids = h.enqueue("a", 2)
+    wait_until(marker.exists, 30, message="the worker holds its first message")
+    try:
+        _allow_connections(h, pg_admin_dsn, False)
+        wait_until(lambda: _terminate(h, "pepsi-dispatch%"), 15, message="dispatcher sessions")
+        in_log(d, "database trouble")
+        go.touch()  # now the worker exits 3 with both messages unanswered
+        in_log(d, "while the database is unreachable")
+    finally:
+        _allow_connections(h, pg_admin_dsn, True)
+    h.wait_all(timeout=90)
+    for i in ids:
+        row = h.row(i)
+        assert row["status"] == "done", row
+        assert "dispatch_error" not in (row["state"] or {}), row
+    assert d.terminate() == 0
+
+
+# ------------------------------------------------------------ 3: the process tree
+
+
+def _wrapper(h: Harness, seconds: float) -> str:
+    """A shell wrapper that runs one child script per message (the child sleeps)."""
+    one = h.tmp / "one.sh"
+    one.write_text(
+        textwrap.dedent(f"""\
+            #!/bin/bash
+            echo $$ > {h.tmp}/child-$1
+            sleep {seconds}
+            sql="select pepsi.finish($1, '$PEPSI_STAGE', $PEPSI_DISPATCHER_ID)"
+            psql "$PEPSI_DSN" -X -qAtc "$sql" >/dev/null
+            """)
+    )
+    one.chmod(0o755)
+    wrapper = h.tmp / "wrapper.sh"
+    wrapper.write_text(
+        textwrap.dedent(f"""\
+            #!/bin/bash
+            echo $$ > {h.tmp}/wrapper-pid
+            while read id; do {one} "$id" && echo 0; done
+            """)
+    )
+    wrapper.chmod(0o755)
+    return f"/bin/bash {wrapper}"
+
+
+def _child_pid(h: Harness, wid: int) -> int:
+    path = h.tmp / f"child-{wid}"
+    wait_until(lambda: path.exists() and path.read_text().strip(), 30, message=str(path))
+    return int(path.read_text())
+
+
+def test_graceful_stop_ends_the_workers_children_too(h: Harness) -> None:
+    d = h.start(h.conf({"a": {"PROGRAM": _wrapper(h, 60), "PARALLELISM": 1}}))
+    (wid,) = h.enqueue("a", 1)
+    child = _child_pid(h, wid)
+    assert d.terminate() == 0
+    wait_until(lambda: not pid_alive(child), 10, message=f"child {child} of the wrapper ends")
+    assert h.row(wid)["status"] == "pending"
+
+
+def test_a_dead_workers_group_is_killed_before_its_ids_are_released(h: Harness) -> None:
+    d = h.start(h.conf({"a": {"PROGRAM": _wrapper(h, 60), "PARALLELISM": 1}}))
+    (wid,) = h.enqueue("a", 1)
+    child = _child_pid(h, wid)
+    wrapper = int((h.tmp / "wrapper-pid").read_text())
+    os.kill(wrapper, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(child), 10, message=f"child {child} of the dead wrapper ends")
+    # The head-of-line message failed as a crash; nothing of it runs on anywhere.
+    wait_until(lambda: h.row(wid)["status"] == "failed", 30)
+    assert d.running()
+    assert d.terminate() == 0
+
+
+def test_dispatcher_is_a_subreaper_and_reaps_escaped_grandchildren(h: Harness) -> None:
+    escaper = h.tmp / "escaper.py"
+    escaper.write_text(
+        textwrap.dedent(f"""\
+            import os, sys, time, psycopg
+            conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
+            for line in sys.stdin:
+                wid = int(line)
+                if os.fork() == 0:
+                    os.setsid()  # leaves the worker's process group
+                    with open("{h.tmp}/escaped", "w") as f:
+                        f.write(str(os.getpid()))
+                    time.sleep(3)
+                    os._exit(0)
+                conn.execute("select pepsi.finish(%s, %s, %s)", (wid, os.environ["PEPSI_STAGE"],
+                             int(os.environ["PEPSI_DISPATCHER_ID"])))
+                print(0, flush=True)
+                os._exit(0)  # the worker goes; its escaped child is an orphan now
+            """)
+    )
+    d = h.start(h.conf({"a": {"PROGRAM": f"{PYTHON} {escaper}", "PARALLELISM": 1}}))
+    (wid,) = h.enqueue("a", 1)
+    path = h.tmp / "escaped"
+    wait_until(lambda: path.exists() and path.read_text(), 30, message="escaped child")
+    pid = int(path.read_text())
+
+    def parent() -> int | None:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return None
+
+    wait_until(lambda: parent() == d.pid, 10, message=lambda: f"ppid {parent()} of {pid}")
+    # It exits after 3 s: the dispatcher reaps it (no zombie stays behind).
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), 20, message=f"{pid} reaped")
+    assert h.row(wid)["status"] == "done"
+    assert d.running()
+    assert d.terminate() == 0
+
+
+# ------------------------------------------------------------ pure pieces
+
+
+def test_parse_answer_never_raises_on_long_numbers() -> None:
+    from pepsi_dispatch.protocol import FAILED, OK, PROTOCOL_ERROR, parse_answer
+
+    assert parse_answer(b"9" * 5000 + b" why").kind == PROTOCOL_ERROR
+    assert parse_answer(b"0" * 5000).kind == PROTOCOL_ERROR
+    assert parse_answer(b"9" * 4300 + b" why").kind == FAILED
+    assert parse_answer(b"-000 fused=b").kind == OK
+    assert parse_answer(b"+007 x").kind == FAILED
+
+
+@pytest.mark.parametrize(
+    ("killed", "stopping", "shutting", "rc", "unanswered", "undelivered", "started", "db", "kind"),
+    [
+        (True, False, False, -9, 2, 0, True, True, "KILLED"),
+        (False, True, True, -15, 2, 0, True, True, "STOPPED"),
+        (False, False, False, 75, 2, 0, True, True, "TEMPFAIL"),
+        (False, False, False, 75, 0, 0, False, True, "TEMPFAIL"),
+        (False, False, False, 1, 2, 0, False, True, "DIED_BEFORE_READING"),
+        (False, False, False, 1, 0, 1, False, True, "DIED_BEFORE_READING"),
+        (False, True, False, 0, 0, 0, True, True, "STOPPED"),
+        (False, False, False, 0, 0, 0, True, True, "EXITED"),
+        (False, False, False, 3, 2, 0, True, False, "DB_DOWN"),
+        (False, False, False, 3, 2, 0, True, True, "CRASH"),
+        (False, False, False, -11, 1, 0, True, True, "CRASH"),
+    ],
+)
+def test_classify_exit(
+    killed: bool,
+    stopping: bool,
+    shutting: bool,
+    rc: int,
+    unanswered: int,
+    undelivered: int,
+    started: bool,
+    db: bool,
+    kind: str,
+) -> None:
+    from pepsi_dispatch.process import ExitKind, classify_exit
+
+    got = classify_exit(
+        rc,
+        killed=killed,
+        stopping=stopping,
+        shutting_down=shutting,
+        unanswered=unanswered,
+        undelivered=undelivered,
+        started=started,
+        db_connected=db,
+    )
+    assert got is ExitKind[kind]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[stage-a]\nPROGRAM = /bin/a\nMAX_RETRIES = 99999999999\n", ":3: [stage-a] MAX_RETRIES"),
+        ("[stage-a]\nPROGRAM = /bin/a\nPARALLELISM = 2147483648\n", ":3: [stage-a] PARALLELISM"),
+        ("[stage-a]\nPROGRAM = /bin/a\nQUEUE_LIMIT = " + "9" * 5000 + "\n", ":3: [stage-a]"),
+        ("[pepsi-dispatch]\nDB_POOL_SIZE = 4294967296\n", ":2: [pepsi-dispatch] DB_POOL_SIZE"),
+    ],
+)
+def test_integer_options_are_bounded(tmp_path: Path, text: str, fragment: str) -> None:
+    from pepsi_dispatch.config import ConfigError, load_config
+
+    path = tmp_path / "pepsi.conf"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert fragment in msg and "out of range" in msg and "2147483647" in msg, msg
+
+
+def test_parallelism_times_queue_limit_must_fit_an_int4(tmp_path: Path) -> None:
+    from pepsi_dispatch.config import ConfigError, load_config
+
+    path = tmp_path / "pepsi.conf"
+    path.write_text("[stage-a]\nPROGRAM = /bin/a\nPARALLELISM = 65536\nQUEUE_LIMIT = 65536\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert ":4: [stage-a] QUEUE_LIMIT" in str(info.value), str(info.value)
+    path.write_text("[stage-a]\nPROGRAM = /bin/a\nPARALLELISM = 2147483647\nQUEUE_LIMIT = 1\nMAX_RETRIES = 0\n")
+    assert load_config(path).stages["a"].max_retries == 0
