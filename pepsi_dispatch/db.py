@@ -89,9 +89,12 @@ SQL_CLAIM: Final = (
     " %s::bigint[])"
 )
 # statement_timestamp() comes along so the next-due timer is computed on the
-# database's clock, immune to skew between this host and the server.
+# database's clock, immune to skew between this host and the server. A row
+# paused until 'infinity' is never due: no timer (subtracting it would raise
+# "cannot subtract infinite timestamps" and fail the whole round trip).
 SQL_REQUEUE_DUE: Final = (
-    "SELECT requeued, exhausted, expired, next_due - statement_timestamp(),"
+    "SELECT requeued, exhausted, expired,"
+    " CASE WHEN isfinite(next_due) THEN next_due - statement_timestamp() END,"
     " exhausted_stages, exhausted_counts, expired_stages, expired_counts"
     " FROM pepsi.requeue_due(%s::text[], %s::int[], %s::int, make_interval(secs => %s::float8))"
 )
@@ -396,6 +399,49 @@ class Database:
         """Ids of the running rows the database says this dispatcher holds."""
         assert self.work is not None
         return {r[0] for r in self.work.execute(SQL_HELD, (dispatcher_id,)).fetchall()}
+
+    # -- the parts of an iteration, one statement each (see Dispatcher._isolate) --
+    def record_errors(self, dispatcher_id: int, errors: Sequence[tuple[int, str, str]]) -> int:
+        """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
+        n = self._scalar(
+            SQL_RECORD_ERRORS,
+            (
+                dispatcher_id,
+                [e[0] for e in errors],
+                [e[1] for e in errors],
+                [e[2] for e in errors],
+            ),
+            "record_dispatch_error",
+        )
+        return int(n or 0)
+
+    def check_answered(self, dispatcher_id: int, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """``pepsi.check_answered`` alone: the rows failed for being left running."""
+        work = self.work
+        assert work is not None
+
+        def run() -> list[tuple[int, str]]:
+            rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, list(ids))).fetchall()
+            return [(r[0], r[1]) for r in rows]
+
+        return with_retry(run, "check_answered")
+
+    def claim(
+        self,
+        dispatcher_id: int,
+        stages: Sequence[str],
+        caps: Sequence[int],
+        after_ids: Sequence[int | None] | None,
+    ) -> list[tuple[int, str]]:
+        """``pepsi.claim`` alone: (id, stage) of the rows claimed."""
+        work = self.work
+        assert work is not None
+        args = (dispatcher_id, list(stages), list(caps), self.competing, after_ids)
+
+        def run() -> list[tuple[int, str]]:
+            return [(r[0], r[1]) for r in work.execute(SQL_CLAIM, args).fetchall()]
+
+        return with_retry(run, "claim")
 
     # -- the hot path ------------------------------------------------------------
     def iteration(

@@ -34,7 +34,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from .config import Config, ConfigError, apply_overlay, reread_config
-from .db import Database, IterationResult, Requeue, ids_text
+from .db import CONNECTION_LOST, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
 from .process import (
@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 #: paused a row; pausing does not notify). A pause of 2 s is thus retried on
 #: time: its due time is learned within a second of the pause.
 REQUEUE_AFTER_ANSWERS = 1.0
+#: After requeue_due itself failed (a poisoned paused row): next try after this.
+REQUEUE_RETRY_AFTER_ERROR = 10.0
 #: Requeue summaries at INFO at most this often.
 REQUEUE_LOG_EVERY = 60.0
 #: Flush stats on going idle at most this often.
@@ -117,6 +119,8 @@ class Dispatcher:
         self._requeue_logged = -INF
         self.requeue_at = 0.0
         self.last_requeue = -INF
+        #: requeue_due itself failed (a poisoned paused row): not again before this.
+        self.requeue_blocked_until = 0.0
         self.next_heartbeat = 0.0
         self.last_flush = time.monotonic()
         self.db_ok = False
@@ -335,9 +339,10 @@ class Dispatcher:
             t = min(t, self.db_hold_until)
         elif self.db_ok:
             if not self.shutting_down:
-                t = min(t, self.next_heartbeat, self.requeue_at)
+                blocked = self.requeue_blocked_until
+                t = min(t, self.next_heartbeat, max(self.requeue_at, blocked))
                 if self.requeue_dirty:
-                    t = min(t, self.last_requeue + REQUEUE_AFTER_ANSWERS)
+                    t = min(t, max(self.last_requeue + REQUEUE_AFTER_ANSWERS, blocked))
             if self.stats.pending():
                 t = min(t, self.last_flush + self.dc.stats_interval)
         else:
@@ -828,9 +833,13 @@ class Dispatcher:
     def _db_iteration(self, now: float) -> None:
         """This iteration's database work, in one pipeline; then place claimed ids."""
         requeue = None
-        if not self.shutting_down and (
-            now >= self.requeue_at
-            or (self.requeue_dirty and now - self.last_requeue >= REQUEUE_AFTER_ANSWERS)
+        if (
+            not self.shutting_down
+            and now >= self.requeue_blocked_until
+            and (
+                now >= self.requeue_at
+                or (self.requeue_dirty and now - self.last_requeue >= REQUEUE_AFTER_ANSWERS)
+            )
         ):
             requeue = self._requeue_args()
         claim = None
@@ -874,14 +883,151 @@ class Dispatcher:
                 result = self.db.iteration(self.dispatcher_id, errors, answered, requeue, claim)
                 self.round_trips += 1
             except psycopg.Error as exc:
-                self._db_lost(now, exc)
-                return
+                if not self._poisoned(exc):
+                    self._db_lost(now, exc)
+                    return
+                isolated = self._isolate(now, exc, errors, answered, requeue, claim)
+                if isolated is None:
+                    return
+                result = isolated
             self.errors = []
             self.answered = []
             self.claim_needed = False
             self.db_hold_delay = RECONNECT_FIRST
             self._after_iteration(result, now)
         self._maybe_flush(now)
+
+    def _poisoned(self, exc: psycopg.Error) -> bool:
+        """Did a statement fail for what it was given, the connections being fine?
+
+        Lost connections, timeouts and cancels (OperationalError) are the
+        database's trouble, handled by _db_lost; anything else with both
+        connections intact (a data error, a limit, a raising trigger) may be
+        one bad row or stage poisoning the shared round trip.
+        """
+        if isinstance(exc, CONNECTION_LOST):
+            return False
+        return not (self.db.work_dead() or self.db.listen_dead())
+
+    def _isolate(
+        self,
+        now: float,
+        exc: psycopg.Error,
+        errors: list[tuple[int, str, str]],
+        answered: list[int],
+        requeue: tuple[list[str], list[int], int, float | None] | None,
+        claim: tuple[list[str], list[int], list[int | None] | None] | None,
+    ) -> IterationResult | None:
+        """The pipelined round trip failed with the connections intact: run its
+        parts one statement at a time, so that one poisoned row or stage stops
+        only itself. Rows whose write keeps failing are failed with a short
+        dispatch_error saying why; a failing requeue is skipped for a while; a
+        stage whose claim fails cools down. None if the connection broke
+        meanwhile (then _db_lost has run; the owed writes are kept and are
+        idempotent, fenced by dispatcher id)."""
+        log.error("database round trip failed (%s); running its parts one by one", _one_line(exc))
+        result = IterationResult([], None, [])
+        try:
+            if errors:
+                self._record_errors_alone(errors)
+            if answered:
+                result.left_running = self._check_answered_alone(answered)
+            if requeue is not None:
+                result.requeue = self._requeue_alone(now, requeue)
+            if claim is not None:
+                result.claimed = self._claim_by_stage(now, claim)
+        except psycopg.Error as lost:
+            self._db_lost(now, lost)
+            return None
+        self.round_trips += 1
+        return result
+
+    def _record_errors_alone(self, errors: list[tuple[int, str, str]]) -> None:
+        try:
+            self.db.record_errors(self.dispatcher_id, errors)
+            return
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+        for e in errors:
+            try:
+                self.db.record_errors(self.dispatcher_id, [e])
+            except psycopg.Error as exc:
+                if not self._poisoned(exc):
+                    raise
+                self._fail_poisoned(e[0], f"its {e[1]} could not be recorded", exc)
+
+    def _check_answered_alone(self, answered: list[int]) -> list[tuple[int, str]]:
+        try:
+            return self.db.check_answered(self.dispatcher_id, answered)
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+        out: list[tuple[int, str]] = []
+        for wid in answered:
+            try:
+                out.extend(self.db.check_answered(self.dispatcher_id, [wid]))
+            except psycopg.Error as exc:
+                if not self._poisoned(exc):
+                    raise
+                self._fail_poisoned(wid, "checking its answer 0 failed", exc)
+        return out
+
+    def _fail_poisoned(self, wid: int, what: str, exc: psycopg.Error) -> None:
+        """Take a row whose write keeps failing out of the way: fail it with a
+        short dispatch_error saying why (log ERROR). Raises on a lost connection."""
+        reason = f"dispatch error: {what}: {_one_line(exc)[:300]}"
+        log.error("message %d: %s; failing it", wid, reason.removeprefix("dispatch error: "))
+        try:
+            self.db.record_errors(self.dispatcher_id, [(wid, "failed", reason)])
+        except psycopg.Error as again:
+            if not self._poisoned(again):
+                raise
+            log.error(
+                "message %d: cannot fail it either (%s); it stays running, held by this"
+                " dispatcher, until a restart resets it",
+                wid,
+                _one_line(again),
+            )
+
+    def _requeue_alone(
+        self, now: float, requeue: tuple[list[str], list[int], int, float | None]
+    ) -> Requeue | None:
+        try:
+            return self.db.requeue_due(*requeue)
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+            log.error(
+                "requeue_due failed (%s); paused rows are not requeued, next try in %g s",
+                _one_line(exc),
+                REQUEUE_RETRY_AFTER_ERROR,
+            )
+            self.requeue_at = self.requeue_blocked_until = now + REQUEUE_RETRY_AFTER_ERROR
+            return None
+
+    def _claim_by_stage(
+        self, now: float, claim: tuple[list[str], list[int], list[int | None] | None]
+    ) -> list[tuple[int, str]]:
+        stages, caps, after_ids = claim
+        try:
+            return self.db.claim(self.dispatcher_id, stages, caps, after_ids)
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+        out: list[tuple[int, str]] = []
+        for i, stage in enumerate(stages):
+            after = None if after_ids is None else [after_ids[i]]
+            try:
+                out.extend(self.db.claim(self.dispatcher_id, [stage], [caps[i]], after))
+            except psycopg.Error as exc:
+                if not self._poisoned(exc):
+                    raise
+                log.error("stage %s: claim failed: %s", stage, _one_line(exc))
+                pool = self.pools.get(stage)
+                if pool is not None:
+                    pool.start_cooldown(now, "its claim failed (see the ERROR line above)")
+        return out
 
     def _lower_floors(
         self, errors: list[tuple[int, str, str]], answered: list[int], release: list[int]
@@ -1019,8 +1165,12 @@ class Dispatcher:
         try:
             self.db.flush_stats(self.stats.flush_args())
         except psycopg.Error as exc:
-            self._db_lost(now, exc)
-            return
+            if not self._poisoned(exc):
+                self._db_lost(now, exc)
+                return
+            # Deltas the database refuses would block every later flush (and,
+            # through _db_lost, all database work): drop them, loudly.
+            log.error("statistics flush failed (%s); these deltas are dropped", _one_line(exc))
         self.stats.clear()
         self.last_flush = now
 

@@ -346,5 +346,89 @@ def test_parallelism_times_queue_limit_must_fit_an_int4(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert ":4: [stage-a] QUEUE_LIMIT" in str(info.value), str(info.value)
-    path.write_text("[stage-a]\nPROGRAM = /bin/a\nPARALLELISM = 2147483647\nQUEUE_LIMIT = 1\nMAX_RETRIES = 0\n")
+    path.write_text(
+        "[stage-a]\nPROGRAM = /bin/a\nPARALLELISM = 2147483647\nQUEUE_LIMIT = 1\nMAX_RETRIES = 0\n"
+    )
     assert load_config(path).stages["a"].max_retries == 0
+
+
+# ------------------------------------------------------------ 1: one poisoned statement
+
+
+def test_a_row_paused_until_infinity_stops_nothing(h: Harness) -> None:
+    d = h.start(h.conf(h.pipeline(["a", "b"])))
+    (parked,) = h.enqueue("b", 1)
+    (soon,) = h.enqueue("b", 1)
+    wait_until(lambda: h.row(parked)["status"] == "done" and h.row(soon)["status"] == "done", 30)
+    # Park one row for ever and another for a second, behind the dispatcher's back
+    # (pepsi.pause refuses 'infinity'; an UPDATE does not).
+    h.conn.execute(
+        "UPDATE pepsi.workqueue SET status = 'paused', timeout = 'infinity', stage = 'b'"
+        " WHERE workqueue_id = %s",
+        (parked,),
+    )
+    h.conn.execute(
+        "UPDATE pepsi.workqueue SET status = 'paused', timeout = now() + interval '1 s',"
+        " stage = 'b' WHERE workqueue_id = %s",
+        (soon,),
+    )
+    fresh = h.enqueue("a", 3)  # a requeue_due runs with the claim of these
+    h.wait_all(timeout=60, where=f"workqueue_id <> {parked}")
+    assert [h.row(i)["status"] for i in fresh] == ["done"] * 3
+    assert h.row(soon)["status"] == "done" and h.row(soon)["retries"] == 1
+    status = h.conn.execute(
+        "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (parked,)
+    ).fetchone()
+    assert status == ("paused",)
+    assert d.running()
+    assert d.terminate() == 0
+
+
+POISON = """
+CREATE FUNCTION public.poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF {condition} THEN
+        RAISE EXCEPTION 'poisoned row %', NEW.workqueue_id;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER poison BEFORE UPDATE ON pepsi.workqueue
+    FOR EACH ROW EXECUTE FUNCTION public.poison();
+"""
+
+
+def test_a_stage_whose_claim_fails_stops_only_itself(h: Harness) -> None:
+    h.conn.execute(
+        POISON.format(condition="NEW.stage = 'bad' AND NEW.status = 'running'")  # type: ignore[arg-type]
+    )
+    program = h.program()
+    d = h.start(h.conf({"good": {"PROGRAM": program}, "bad": {"PROGRAM": program}}))
+    bad = h.enqueue("bad", 2)
+    good = h.enqueue("good", 3)
+    h.wait_all(timeout=60, where="stage = 'good'")
+    assert [h.row(i)["status"] for i in good] == ["done"] * 3
+    assert [h.row(i)["status"] for i in bad] == ["pending"] * 2
+    in_log(d, "stage bad: claim failed")
+    h.conn.execute("DROP TRIGGER poison ON pepsi.workqueue")
+    h.wait_all(timeout=90)  # after the cooldown, the stage works again
+    assert [h.row(i)["status"] for i in bad] == ["done"] * 2
+    assert d.terminate() == 0
+
+
+def test_a_row_whose_failure_cannot_be_written_is_failed_with_why(h: Harness) -> None:
+    h.conn.execute(
+        POISON.format(condition="NEW.state->>'dispatch_error' = '3 scripted failure'")  # type: ignore[arg-type]
+    )
+    d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=4)))
+    poisoned, *others = h.enqueue("a", [{"do": "fail"}, {}, {}, {}])
+    h.wait_all(timeout=60)
+    row = h.row(poisoned)
+    assert row["status"] == "failed", row
+    assert error_of(row).startswith("dispatch error: its failed could not be recorded"), row
+    assert "poisoned row" in error_of(row)
+    assert [h.row(i)["status"] for i in others] == ["done"] * 3
+    assert "running its parts one by one" in d.log()
+    more = h.enqueue("a", 2)  # and it goes on serving
+    h.wait_all(timeout=60)
+    assert [h.row(i)["status"] for i in more] == ["done"] * 2
+    assert d.terminate() == 0
