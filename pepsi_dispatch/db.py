@@ -73,6 +73,9 @@ SQL_TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
 SQL_TRY_LOCK_SHARED: Final = "SELECT pg_try_advisory_lock_shared(%s::bigint)"
 SQL_REGISTER: Final = "SELECT pepsi.register_dispatcher(%s::text, %s::int, %s::boolean)"
 SQL_HEARTBEAT: Final = "SELECT pepsi.heartbeat(%s::bigint)"
+SQL_REGISTERED: Final = (
+    "SELECT EXISTS (SELECT 1 FROM pepsi.dispatchers WHERE dispatcher_id = %s::bigint)"
+)
 SQL_UNREGISTER: Final = "SELECT pepsi.unregister_dispatcher(%s::bigint)"
 SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%s::bigint, %s::boolean, make_interval(secs => %s::float8))"
@@ -347,6 +350,10 @@ class Database:
     def heartbeat(self, dispatcher_id: int) -> None:
         """``pepsi.heartbeat``."""
         self._scalar(SQL_HEARTBEAT, (dispatcher_id,), "heartbeat")
+
+    def registered(self, dispatcher_id: int) -> bool:
+        """Is our registration still there (competing: not declared dead by a replica)?"""
+        return bool(self._scalar(SQL_REGISTERED, (dispatcher_id,), "registered"))
 
     def unregister(self, dispatcher_id: int) -> None:
         """``pepsi.unregister_dispatcher``."""

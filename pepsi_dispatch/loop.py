@@ -196,6 +196,15 @@ class Dispatcher:
             raise FatalError(f"database error during start-up: {_one_line(exc)}") from None
         if n:
             log.info("reset %d orphaned running row(s) to pending", n)
+        if self.dc.competing and self.dc.shutdown_timeout >= self.dc.orphan_timeout:
+            log.warning(
+                "SHUTDOWN_TIMEOUT (%g s) >= ORPHAN_TIMEOUT (%g s): should this replica's"
+                " heartbeat stall while it stops (database trouble), other replicas reset"
+                " and run again rows its workers are still finishing; keep SHUTDOWN_TIMEOUT"
+                " below ORPHAN_TIMEOUT",
+                self.dc.shutdown_timeout,
+                self.dc.orphan_timeout,
+            )
         if self.dc.db_pool_size < 2:
             log.warning(
                 "DB_POOL_SIZE = %d, but the dispatcher needs its 2 connections"
@@ -338,6 +347,9 @@ class Dispatcher:
         if held:
             t = min(t, self.db_hold_until)
         elif self.db_ok:
+            # The heartbeat goes on while stopping: until we unregister, our
+            # workers still run our rows (competing: no replica may take them).
+            t = min(t, self.next_heartbeat)
             if not self.shutting_down:
                 blocked = self.requeue_blocked_until
                 t = min(t, self.next_heartbeat, max(self.requeue_at, blocked))
@@ -741,13 +753,11 @@ class Dispatcher:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
         if not self.db_ok and now >= self.reconnect_at:
             self._reconnect(now)
-        if (
-            self.db_ok
-            and not self.shutting_down
-            and now >= self.next_heartbeat
-            and now >= self.db_hold_until
-        ):
-            self._heartbeat(now)
+        if self.db_ok and now >= self.next_heartbeat and now >= self.db_hold_until:
+            if self.shutting_down:
+                self._shutdown_heartbeat(now)
+            else:
+                self._heartbeat(now)
         for pool in self.pools.values():
             if pool.cooldown_until and now >= pool.cooldown_until:
                 pool.cooldown_until = 0.0  # the delay is kept, so the next one grows
@@ -1174,6 +1184,56 @@ class Dispatcher:
         self.stats.clear()
         self.last_flush = now
 
+    def _shutdown_heartbeat(self, now: float) -> None:
+        """While stopping: only say we are alive (no claims, resets or purges).
+
+        In competing mode a replica whose heartbeat is older than
+        ORPHAN_TIMEOUT has its rows reset by the others -- while its workers
+        may still be finishing them within SHUTDOWN_TIMEOUT.
+        """
+        self.next_heartbeat = now + self.heartbeat_interval
+        try:
+            self._check_registration(now)
+            self.db.heartbeat(self.dispatcher_id)
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+
+    def _check_registration(self, now: float) -> None:
+        """Competing: were we declared dead (heartbeat older than ORPHAN_TIMEOUT)?
+
+        Then another replica has reset our running rows, and may already run
+        them. Before the heartbeat registers us again, every worker is killed
+        and every id it held, or that we owed a write for, is dropped: none of
+        them is ours any more (a late write would be refused by the fencing
+        token anyway, but the work itself must stop).
+        """
+        if not self.dc.competing or self.db.registered(self.dispatcher_id):
+            return
+        workers = self._all_workers()
+        held = sum(len(w.inflight) + len(w.undelivered) for w in workers)
+        for w in workers:
+            w.wait_dead()  # SIGKILL to the group, then reap
+            self._unwatch(w.stdout_fd)
+            self._unwatch(w.stderr_fd)
+            self._unwatch(w.stdin_fd)
+            w.close_fds()
+            w.inflight.clear()
+            w.undelivered.clear()
+        for pool in self.pools.values():
+            pool.workers.clear()
+        self.leftover.clear()
+        self.where.clear()
+        self.errors, self.answered, self.to_release = [], [], []
+        self.floor.clear()
+        self.claim_needed = True
+        log.error(
+            "this replica was declared dead by another (its heartbeat was older than"
+            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
+            " %d message(s) they held; registering again",
+            len(workers),
+            held,
+        )
+
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.heartbeat_interval
         # Rows made pending without a notification (an operator's requeue_failed)
@@ -1181,6 +1241,7 @@ class Dispatcher:
         # a claim in the same pipeline as requeue_due goes unbounded).
         self.floor.clear()
         try:
+            self._check_registration(now)
             self.db.heartbeat(self.dispatcher_id)
             self.db.ping_listen()
             self._on_listen(now)  # notifications that arrived during the ping
@@ -1279,6 +1340,8 @@ class Dispatcher:
             else:
                 if not work_only:
                     self.db.start_listening()
+                # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
+                self._check_registration(now)
                 self.db.heartbeat(self.dispatcher_id)
                 # Rows the database says we hold but no worker has (a claim that
                 # committed while its answer was lost) go back to pending; rows

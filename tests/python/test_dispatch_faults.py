@@ -432,3 +432,63 @@ def test_a_row_whose_failure_cannot_be_written_is_failed_with_why(h: Harness) ->
     h.wait_all(timeout=60)
     assert [h.row(i)["status"] for i in more] == ["done"] * 2
     assert d.terminate() == 0
+
+
+# ------------------------------------------------------------ 2: competing, graceful stop
+
+
+def test_a_stopping_replica_keeps_heartbeating_until_it_unregisters(h: Harness) -> None:
+    conf = h.conf(
+        h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=1),
+        COMPETING="YES",
+        ORPHAN_TIMEOUT="2 s",
+        SHUTDOWN_TIMEOUT="15 s",
+    )
+    first = h.start(conf)
+    assert "SHUTDOWN_TIMEOUT (15 s) >= ORPHAN_TIMEOUT (2 s)" in first.log()
+    (wid,) = h.enqueue("a", [{"do": "sleep:7;next"}])
+    wait_until(lambda: h.wlog().runs_of(wid), 30, message="the message starts")
+    second = h.start(conf)
+    first.proc.send_signal(signal.SIGTERM)  # its worker finishes the message (7 s)
+    assert first.wait_exit(40) == 0
+    h.wait_all(timeout=30)
+    assert h.row(wid)["status"] == "done"
+    assert len(h.wlog().runs_of(wid)) == 1, h.wlog().runs_of(wid)
+    assert h.overlaps() == []
+    assert "orphaned running row" not in second.log(), second.log()
+    assert second.terminate() == 0
+
+
+# ------------------------------------------------------------ 7: notes on issues 2-4
+
+
+def _worker_pid_of(h: Harness, wid: int) -> int:
+    runs = wait_until(lambda: h.wlog().runs_of(wid), 30, message=f"message {wid} starts")
+    return runs[0].pid
+
+
+def test_a_replica_declared_dead_kills_its_workers_before_registering_again(
+    h: Harness,
+) -> None:
+    conf = h.conf(
+        h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=1),
+        COMPETING="YES",
+        ORPHAN_TIMEOUT="2 s",
+        SHUTDOWN_TIMEOUT="1 s",
+    )
+    first = h.start(conf)
+    (wid,) = h.enqueue("a", [{"do": "sleep:20;next"}])
+    old_worker = _worker_pid_of(h, wid)
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = h.start(conf)
+        in_log(second, "orphaned running row(s) of dead replicas")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    in_log(first, "declared dead")
+    wait_until(lambda: not pid_alive(old_worker), 10, message="the old worker is killed")
+    assert first.running() and second.running()
+    h.wait_all(timeout=60)
+    assert h.row(wid)["status"] == "done"
+    assert first.terminate() == 0
+    assert second.terminate() == 0
