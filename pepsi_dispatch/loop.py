@@ -20,6 +20,7 @@ list until it is answered or the worker is gone.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import resource
@@ -37,6 +38,7 @@ from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import CONNECTION_LOST, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
+from .privileges import check_access, config_files, log_files
 from .process import (
     EX_TEMPFAIL,
     ExitKind,
@@ -82,11 +84,25 @@ PURGE_MAX_BATCHES = 20
 INF = float("inf")
 
 
+class ReloadCause(enum.Enum):
+    """What asked for a reload."""
+
+    #: a ``config_changed`` notification: workers are retired only if the
+    #: configuration really changed.
+    NOTIFIED = "notified"
+    #: SIGHUP, the operator's explicit request: every worker is retired.
+    SIGHUP = "sighup"
+
+
 class Dispatcher:
     """The coordinator: state of one ``pepsi-dispatch serve`` run."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        #: the configuration as read from the file, without the overlay: a
+        #: reconnect re-applies only the overlay to it, never re-reading the file
+        #: (as SERVICE_USER, maybe half edited).
+        self.file_config = config
         self.dc = config.dispatch
         self.db = Database(config.dsn, self.dc.competing)
         self.stats = Stats()
@@ -140,6 +156,8 @@ class Dispatcher:
         self.db_hold_delay = RECONNECT_FIRST
         self.last_query_error_log = -INF
         self.reload_pending = False
+        #: what asked for the pending reload (SIGHUP retires workers even if nothing changed).
+        self.reload_cause = ReloadCause.NOTIFIED
         #: a reload only if the stage table differs (after a reconnect).
         self.reload_if_changed = False
         self._listen_fd = -1
@@ -164,6 +182,9 @@ class Dispatcher:
     # == start-up ================================================================
     def start(self) -> None:
         """Connect, lock, register, LISTEN, reset orphans; raises UsageError if refused."""
+        # Privileges are dropped by now: what a reload or a log rotation will need
+        # later must work for this user, or we refuse to start (exit 2).
+        check_access(config_files(self.config), log_files())
         try:
             self.db.connect()
         except psycopg.Error as exc:
@@ -238,6 +259,12 @@ class Dispatcher:
                 self.pools[name].cooldown_delay = pool.cooldown_delay
             elif pool.workers:
                 self.leftover.append(pool)
+        # A stage removed by one reload and added again by the next: the workers
+        # of its old pool (retiring) still run and count against PARALLELISM.
+        for pool in list(self.leftover):
+            if pool.name in self.pools:
+                self.pools[pool.name].workers.extend(pool.workers)
+                self.leftover.remove(pool)
 
     def _watch_listen(self) -> None:
         self._listen_fd = self.db.listen_fileno()
@@ -267,6 +294,7 @@ class Dispatcher:
             self.sigchld = True
         elif signum == signal.SIGHUP:
             self.reload_pending = True
+            self.reload_cause = ReloadCause.SIGHUP
         else:
             self.signals_seen += 1
 
@@ -305,7 +333,8 @@ class Dispatcher:
                 db_ready = self.db_ok and now >= self.db_hold_until
                 if self.reload_pending and not self.shutting_down and db_ready:
                     self.reload_pending = False
-                    self._reload(now, self.reload_if_changed)
+                    cause, self.reload_cause = self.reload_cause, ReloadCause.NOTIFIED
+                    self._reload(now, self.reload_if_changed, cause)
                     self.reload_if_changed = False
                 if db_ready:
                     self._db_iteration(now)
@@ -1460,11 +1489,18 @@ class Dispatcher:
         raise FatalError(self.lock_lost or self.fatal or "fatal error")
 
     # == reload ==================================================================
-    def _reload(self, now: float, only_if_changed: bool = False) -> None:
+    def _reload(
+        self,
+        now: float,
+        only_if_changed: bool = False,
+        cause: ReloadCause = ReloadCause.NOTIFIED,
+    ) -> None:
         try:
             # The same file, not a new search (after the privilege drop HOME differs);
-            # the overlay goes on top of the file as at start-up.
-            new = apply_overlay(reread_config(self.config), self.db.overlay())
+            # the overlay goes on top of the file as at start-up. After a reconnect
+            # (only_if_changed) only the overlay is read again.
+            base = self.file_config if only_if_changed else reread_config(self.config)
+            new = apply_overlay(base, self.db.overlay())
         except ConfigError as exc:
             log.error("reloaded configuration does not parse: %s; shutting down", exc)
             self.fatal = f"reloaded configuration does not parse: {exc}"
@@ -1473,9 +1509,21 @@ class Dispatcher:
         except psycopg.Error as exc:
             self.reload_pending = True
             self.reload_if_changed = only_if_changed
+            if cause is ReloadCause.SIGHUP:
+                self.reload_cause = cause
             self._db_lost(now, exc)
             return
+        self.file_config = base
         if only_if_changed and new.stages == self.config.stages:
+            return
+        if (
+            cause is ReloadCause.NOTIFIED
+            and new.stages == self.config.stages
+            and new.sections == self.config.sections
+        ):
+            # A notification for a change that changes nothing (an overlay row set
+            # to the value it had, a touched file): the workers stay.
+            log.info("configuration reloaded: nothing changed, workers kept")
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)

@@ -7,8 +7,12 @@ against the session's PostgreSQL, and would fail on the dispatcher before these 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -492,3 +496,126 @@ def test_a_replica_declared_dead_kills_its_workers_before_registering_again(
     assert h.row(wid)["status"] == "done"
     assert first.terminate() == 0
     assert second.terminate() == 0
+
+
+# ------------------------------------------------------------ 5: files and privileges
+
+
+def test_a_reconnect_reads_only_the_overlay_never_the_file(h: Harness) -> None:
+    conf = h.conf(h.pipeline(["a"]))
+    d = h.start(conf)
+    first = h.enqueue("a", 2)
+    h.wait_all(timeout=30)
+    conf.write_text("[stage-a\nPROGRAM = half edited")  # an editor mid-save
+    wait_until(lambda: _terminate(h, "pepsi-dispatch%"), 15, message="dispatcher sessions")
+    in_log(d, "database connection re-established")
+    more = h.enqueue("a", 2)
+    h.wait_all(timeout=60)
+    assert [h.row(i)["status"] for i in first + more] == ["done"] * 4
+    assert d.running(), d.tail()
+    assert "does not parse" not in d.log()
+    assert d.terminate() == 0
+
+
+needs_nobody = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/etc/passwd").read_text().count("\nnobody:"),
+    reason="needs root and a 'nobody' account",
+)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A scratch directory every user can traverse (pytest's tmp_path is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="pepsi-faults-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _serve_as_nobody(tmp: Path, extra_args: list[str]) -> tuple[int, str]:
+    import subprocess
+
+    from dispatch_harness import DISPATCH
+
+    r = subprocess.run(
+        [str(DISPATCH), "-c", str(tmp / "main.conf"), *extra_args, "serve"],
+        env={**os.environ, "PEPSI_DSN": "host=/nonexistent dbname=nothing"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    return r.returncode, r.stderr
+
+
+@needs_nobody
+def test_an_included_file_unreadable_after_the_privilege_drop_is_exit_2(open_tmp: Path) -> None:
+    tmp_path = open_tmp
+    (tmp_path / "main.conf").write_text(
+        "[pepsi-dispatch]\nSERVICE_USER = nobody\n@INLINE@ inc.conf\n"
+    )
+    (tmp_path / "main.conf").chmod(0o644)
+    (tmp_path / "inc.conf").write_text("[stage-a]\nPROGRAM = /bin/cat\n")
+    (tmp_path / "inc.conf").chmod(0o600)
+    rc, err = _serve_as_nobody(tmp_path, [])
+    assert rc == 2, err
+    assert f"configuration file '{tmp_path / 'inc.conf'}' is not readable" in err, err
+
+
+@needs_nobody
+def test_a_log_file_the_service_user_cannot_reopen_is_exit_2(open_tmp: Path) -> None:
+    tmp_path = open_tmp
+    (tmp_path / "main.conf").write_text("[pepsi-dispatch]\nSERVICE_USER = nobody\n")
+    (tmp_path / "main.conf").chmod(0o644)
+    logfile = tmp_path / "pepsi.log"
+    logfile.touch(0o644)
+    rc, err = _serve_as_nobody(tmp_path, ["-l", str(logfile)])
+    assert rc == 2, err
+    assert "is not writable" in err, err
+
+
+def test_a_config_change_that_changes_nothing_keeps_the_workers(h: Harness) -> None:
+    d = h.start(
+        h.conf(h.pipeline(["a"], PARALLELISM=1), WORKER_IDLE_TIMEOUT="60 s"),
+    )
+    h.enqueue("a", 2)
+    h.wait_all(timeout=30)
+    (worker,) = wait_until(lambda: d.workers().get("a"), 10, message="one worker")
+    h.set_config("stage-a", "PARALLELISM", "1")  # the value it already has
+    in_log(d, "nothing changed, workers kept")
+    h.enqueue("a", 2)
+    h.wait_all(timeout=30)
+    assert pid_alive(worker) and d.workers().get("a") == [worker]
+    h.set_config("stage-a", "PARALLELISM", "2")  # a real change still retires it
+    in_log(d, "retiring 1 worker(s)")
+    wait_until(lambda: not pid_alive(worker), 10, message="the worker retired")
+    assert d.terminate() == 0
+
+
+def test_a_stage_removed_and_added_again_never_exceeds_parallelism(h: Harness) -> None:
+    program = h.program()
+    both = {"a": {"PROGRAM": program, "PARALLELISM": 1}, "keep": {"PROGRAM": program}}
+    conf = h.conf(both)
+    d = h.start(conf)
+    (slow,) = h.enqueue("a", [{"do": "sleep:6;next"}])
+    old_worker = _worker_pid_of(h, slow)
+    h.conf({"keep": {"PROGRAM": program}})  # stage a removed ...
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: d.log().count("configuration reloaded") >= 1, 10)
+    h.conf(both)  # ... and added again while its old worker still runs
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: d.log().count("configuration reloaded") >= 2, 10)
+    more = h.enqueue("a", 2)
+    most = 0
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline and h.row(more[-1])["status"] != "done":
+        most = max(most, len(d.workers().get("a", [])))
+        time.sleep(0.02)
+    assert most <= 1, f"{most} workers for stage a with PARALLELISM = 1"
+    h.wait_all(timeout=60)
+    for i in more:
+        (run,) = h.wlog().runs_of(i)
+        assert run.pid != old_worker
+    assert d.terminate() == 0
