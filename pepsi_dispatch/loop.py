@@ -516,7 +516,7 @@ class Dispatcher:
                 answer = Answer(PROTOCOL_ERROR, f"unreadable answer ({type(exc).__name__})")
             if answer.kind == OK:
                 self.answered.append(wid)
-                stats.succeeded(w.stage, seconds, answer.fused)
+                stats.succeeded(w.stage, seconds, self._fused_allowed(w, answer.fused))
                 if debug:
                     log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             elif answer.kind == FAILED:
@@ -555,6 +555,34 @@ class Dispatcher:
                 elif pool is not None and w.sent >= pool.max_messages:
                     # Recycled once drained; a replacement is spawned on demand.
                     self._stop_worker(w, now, f"MAX_MESSAGES ({pool.max_messages}) reached")
+
+    def _fused_allowed(self, w: Worker, fused: tuple[str, ...]) -> tuple[str, ...]:
+        """The stages of ``0 fused=...`` if the graph allows them, else none.
+
+        Each name must be a configured stage that NEXT of the one before it
+        (the worker's own stage first) names; otherwise the worker's claim is
+        not counted in any stage's statistics (a typo must not create stats
+        rows for stages that do not exist).
+        """
+        if not fused:
+            return fused
+        stages = self.config.stages
+        prev = w.stage
+        for name in fused:
+            here = stages.get(prev)
+            if here is None or name not in here.next or name not in stages:
+                log.warning(
+                    "stage %s worker pid %d answered 'fused=%s', but %s is not a successor"
+                    " of %s (NEXT); fused stages not counted",
+                    w.stage,
+                    w.pid,
+                    ",".join(fused)[:200],
+                    name[:64],
+                    prev,
+                )
+                return ()
+            prev = name
+        return fused
 
     def _on_stderr(self, w: Worker) -> None:
         lines = w.read_stderr()

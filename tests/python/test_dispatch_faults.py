@@ -619,3 +619,25 @@ def test_a_stage_removed_and_added_again_never_exceeds_parallelism(h: Harness) -
         (run,) = h.wlog().runs_of(i)
         assert run.pid != old_worker
     assert d.terminate() == 0
+
+
+def test_fused_stages_outside_the_graph_are_not_counted(h: Harness) -> None:
+    program, _ = fault_program(h, "fused:b,nosuch")
+    d = h.start(
+        h.conf(
+            {
+                "a": {"PROGRAM": program, "PARALLELISM": 1, "NEXT": "b"},
+                "b": {"PROGRAM": program},
+                "c": {"PROGRAM": program},
+            }
+        )
+    )
+    h.enqueue("a", 2)
+    h.wait_all(timeout=30)
+    d.proc.send_signal(signal.SIGTERM)  # flushes the stats
+    assert d.wait_exit(30) == 0
+    stats = h.stage_stats()
+    assert "nosuch" not in stats, stats
+    assert stats["a"]["processed"] == 2, stats
+    assert stats.get("b", {}).get("processed", 0) == 0, stats
+    assert "not a successor" in d.log()
