@@ -122,6 +122,10 @@ SQL_HELD: Final = (
     "SELECT workqueue_id FROM pepsi.workqueue WHERE status = 'running' AND dispatcher_id = %s"
 )
 
+SQL_STAGES_OF: Final = (
+    "SELECT workqueue_id, stage FROM pepsi.workqueue WHERE workqueue_id = ANY(%s::bigint[])"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
@@ -406,6 +410,12 @@ class Database:
         """Ids of the running rows the database says this dispatcher holds."""
         assert self.work is not None
         return {r[0] for r in self.work.execute(SQL_HELD, (dispatcher_id,)).fetchall()}
+
+    def stages_of(self, ids: Iterable[int]) -> dict[int, str]:
+        """Current stage of each of ``ids`` (missing rows left out)."""
+        assert self.work is not None
+        rows = self.work.execute(SQL_STAGES_OF, (list(ids),)).fetchall()
+        return {int(r[0]): str(r[1]) for r in rows}
 
     # -- the parts of an iteration, one statement each (see Dispatcher._isolate) --
     def record_errors(self, dispatcher_id: int, errors: Sequence[tuple[int, str, str]]) -> int:

@@ -115,6 +115,9 @@ class Dispatcher:
         # Database writes owed (kept until the pipeline carrying them succeeds).
         self.errors: list[tuple[int, str, str]] = []
         self.answered: list[int] = []
+        #: id -> the stage its owed answer check is for (the last fused stage, if
+        #: any): the guard against a lost reply to a committed claim (_strays).
+        self.answered_at: dict[int, str] = {}
         self.to_release: list[int] = []
         #: id -> the worker that has it in flight. The invariant's bookkeeping:
         #: a row a stage advanced can be claimed again (for the next stage)
@@ -483,6 +486,7 @@ class Dispatcher:
         debug = log.isEnabledFor(logging.DEBUG)
         inflight = w.inflight
         where = self.where
+        answered_at = self.answered_at
         for line in lines:
             if not inflight:
                 log.warning(
@@ -505,6 +509,7 @@ class Dispatcher:
             w.answered += 1
             if line == b"0":  # the hot path
                 self.answered.append(wid)
+                answered_at[wid] = w.stage
                 stats.succeeded(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
@@ -516,7 +521,9 @@ class Dispatcher:
                 answer = Answer(PROTOCOL_ERROR, f"unreadable answer ({type(exc).__name__})")
             if answer.kind == OK:
                 self.answered.append(wid)
-                stats.succeeded(w.stage, seconds, self._fused_allowed(w, answer.fused))
+                fused = self._fused_allowed(w, answer.fused)
+                answered_at[wid] = fused[-1] if fused else w.stage
+                stats.succeeded(w.stage, seconds, fused)
                 if debug:
                     log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             elif answer.kind == FAILED:
@@ -959,6 +966,7 @@ class Dispatcher:
                 result = isolated
             self.errors = []
             self.answered = []
+            self.answered_at.clear()
             self.claim_needed = False
             self.db_hold_delay = RECONNECT_FIRST
             self._after_iteration(result, now)
@@ -1281,6 +1289,7 @@ class Dispatcher:
         self.leftover.clear()
         self.where.clear()
         self.errors, self.answered, self.to_release = [], [], []
+        self.answered_at.clear()
         self.floor.clear()
         self.claim_needed = True
         log.error(
@@ -1403,10 +1412,7 @@ class Dispatcher:
                 # Rows the database says we hold but no worker has (a claim that
                 # committed while its answer was lost) go back to pending; rows
                 # with an owed failure or answer check are left for those writes.
-                owed = {e[0] for e in self.errors}
-                owed.update(self.answered)
-                owed.update(self.where)
-                stray = sorted(self.db.held(self.dispatcher_id) - owed - set(self.to_release))
+                stray = self._strays()
                 if stray:
                     self.db.release(self.dispatcher_id, stray)
                     log.info("released %d claimed row(s) no worker had", len(stray))
@@ -1457,6 +1463,32 @@ class Dispatcher:
         # retire workers only if the stage table really changed.
         self.reload_pending = True
         self.reload_if_changed = True
+
+    def _strays(self) -> list[int]:
+        """Rows the database says we hold but no worker has (after a reconnect).
+
+        A claim that committed while its reply was lost with the connection
+        left such rows running. Rows with an owed write are normally left for
+        that write -- except a row owed an answer check that is no longer at
+        the stage its answer was for (the last fused stage, if any): the stage
+        advanced it, and the lost claim took it again. Its check would fail a
+        healthy row for being "left running"; it is released instead (the
+        last-fused-stage guard, docs/INTERNALS.md).
+        """
+        held = self.db.held(self.dispatcher_id) - set(self.to_release)
+        owed = {e[0] for e in self.errors}
+        owed.update(self.where)
+        checks = (held & set(self.answered)) - owed
+        moved: set[int] = set()
+        if checks:
+            at = self.db.stages_of(checks)
+            moved = {i for i in checks if at.get(i) != self.answered_at.get(i)}
+        if moved:
+            self.answered = [i for i in self.answered if i not in moved]
+            for i in moved:
+                self.answered_at.pop(i, None)
+        owed.update(self.answered)
+        return sorted(held - owed)
 
     def _retake_lock_later(self, now: float) -> bool:
         """try_lock failed on reconnect: is the holder our own old session?

@@ -641,3 +641,51 @@ def test_fused_stages_outside_the_graph_are_not_counted(h: Harness) -> None:
     assert stats["a"]["processed"] == 2, stats
     assert stats.get("b", {}).get("processed", 0) == 0, stats
     assert "not a successor" in d.log()
+
+
+def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row X was answered 0 at stage a (its check owed), advanced to b, and claimed
+    again by a claim whose reply was lost with the connection; row Y was answered 0
+    at a but really left running there. After the reconnect X must go back to
+    pending (not be failed as "left running"); Y must still be failed."""
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.loop import Dispatcher
+
+    monkeypatch.setenv("PEPSI_DSN", dsn)
+    conf = tmp_path / "pepsi.conf"
+    conf.write_text("[pepsi-dispatch]\nSERVICE_USER = root\n[stage-a]\nPROGRAM = /bin/true\n")
+    d = Dispatcher(load_config(str(conf)))
+    d.start()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            x, y = (
+                conn.execute(
+                    "INSERT INTO pepsi.workqueue (stage, payload, status, dispatcher_id)"
+                    " VALUES (%s, '{}', 'running', %s) RETURNING workqueue_id",
+                    (stage, d.dispatcher_id),
+                ).fetchone()[0]
+                for stage in ("b", "a")
+            )
+            d.answered = [x, y]
+            d.answered_at = {x: "a", y: "a"}
+            d._unwatch(d._listen_fd)
+            d._listen_fd = -1
+            d.db.close()
+            d.db_ok = False
+            d._reconnect(time.monotonic())
+            assert d.db_ok
+            d._db_iteration(time.monotonic())
+
+            def status(i: int) -> str:
+                return conn.execute(
+                    "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (i,)
+                ).fetchone()[0]
+
+            assert status(x) == "pending"
+            assert status(y) == "failed"
+    finally:
+        for w in d._all_workers():
+            w.wait_dead()
+        d.db.close()
