@@ -677,11 +677,18 @@ class Dispatcher:
         pool = self._pool_of(w)
         # Answers written before it exited may still sit in the pipe.
         if not w.killed and w.stdout_fd is not None:
-            for _ in range(64):  # bounded: a grandchild may still hold the pipe open
-                lines = w.read_answers()
-                if not lines:
-                    break
-                self._answers(w, lines, now)
+            try:
+                for _ in range(64):  # bounded: a grandchild may still hold the pipe open
+                    lines = w.read_answers()
+                    if not lines:
+                        break
+                    self._answers(w, lines, now)
+            except Exception:  # noqa: BLE001 - its last answers must not end the loop
+                log.exception(
+                    "stage %s worker pid %d: unexpected error handling its last answers",
+                    w.stage,
+                    w.pid,
+                )
         if w.stderr_fd is not None:
             self._on_stderr(w)  # last words, at most one chunk burst
         # Asked while its stdin is still open: FIONREAD tells if it read anything.

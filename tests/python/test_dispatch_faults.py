@@ -690,3 +690,34 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
         for w in d._all_workers():
             w.wait_dead()
         d.db.close()
+
+
+def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
+    tmp_path: Path,
+) -> None:
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.loop import Dispatcher
+
+    conf = tmp_path / "pepsi.conf"
+    conf.write_text("[stage-a]\nPROGRAM = /bin/true\n")
+    d = Dispatcher(load_config(str(conf)))
+
+    class Broken:
+        stage, pid, killed, stopping, stdin_fd = "a", 4242, False, False, None
+
+        def read_answers(self) -> list[bytes]:
+            raise RuntimeError("a bug")
+
+        def read_stderr(self) -> list[str]:
+            raise RuntimeError("another bug")
+
+        def kill(self) -> None:
+            self.killed = True
+
+        def close_stdin(self) -> None:
+            pass
+
+    for kind in ("out", "err"):
+        w = Broken()
+        d._on_worker_event(kind, w, time.monotonic())  # type: ignore[arg-type]
+        assert w.killed
