@@ -33,7 +33,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pepsi_dispatch.errors import UsageError
 
@@ -170,14 +170,23 @@ def parse_bool(text: str) -> bool:
         raise ConfigError(f"'{text}': {exc}") from None
 
 
+#: Largest integer option: they travel to the database as ``int`` (int4).
+INT_MAX: Final = 2_147_483_647
+
+
 def _int_value(text: str, minimum: int) -> int:
     s = text.strip()
     if not re.fullmatch(r"[0-9]+", s):
-        raise _Bad(f"not a whole number; use an integer >= {minimum}")
-    n = int(s)
+        raise _Bad(f"not a whole number; use an integer from {minimum} to {INT_MAX}")
+    # Checked on the digits first: int() of thousands of digits raises a plain
+    # ValueError (Python's int-string limit), which is no configuration error.
+    digits = s.lstrip("0") or "0"
+    n = int(digits) if len(digits) <= len(str(INT_MAX)) else INT_MAX + 1
     if n < minimum:
         what = "positive" if minimum == 1 else f">= {minimum}"
-        raise _Bad(f"must be {what}; use an integer >= {minimum}")
+        raise _Bad(f"must be {what}; use an integer from {minimum} to {INT_MAX}")
+    if n > INT_MAX:
+        raise _Bad(f"out of range; use an integer from {minimum} to {INT_MAX}")
     return n
 
 
@@ -615,6 +624,27 @@ def _build_dsn(
     return DEFAULT_DSN
 
 
+def _check_capacity(
+    stage: StageConfig,
+    sec: str,
+    display: str,
+    opts: Mapping[str, str],
+    origins: Mapping[tuple[str, str], str],
+) -> None:
+    """PARALLELISM x QUEUE_LIMIT is the stage's claim size, an int4 in the database."""
+    if stage.parallelism * stage.queue_limit <= INT_MAX:
+        return
+    option = "QUEUE_LIMIT" if "QUEUE_LIMIT" in opts else "PARALLELISM"
+    raise _error(
+        f"PARALLELISM x QUEUE_LIMIT = {stage.parallelism * stage.queue_limit} is above"
+        f" {INT_MAX}; lower one of them",
+        origins.get((sec, option)) or origins.get((sec, "")),
+        display,
+        option,
+        opts.get(option),
+    )
+
+
 def _build_stages(
     sections: Mapping[str, Mapping[str, str]],
     names: Mapping[str, str],
@@ -641,6 +671,7 @@ def _build_stages(
             )
         values.setdefault("next", ())
         stages[name] = StageConfig(name=name, **values)
+        _check_capacity(stages[name], sec, display, opts, origins)
     for name, stage in stages.items():
         for succ in stage.next:
             if succ in stages:

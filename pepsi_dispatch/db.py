@@ -75,6 +75,9 @@ SQL_TRY_LOCK_SHARED: Final = "SELECT pg_try_advisory_lock_shared(%s::bigint)"
 SQL_REGISTER: Final = "SELECT pepsi.register_dispatcher(%s::text, %s::int, %s::boolean)"
 SQL_HEARTBEAT: Final = "SELECT pepsi.heartbeat(%s::bigint)"
 SQL_HEARTBEAT_GAUGES: Final = "SELECT pepsi.heartbeat(%s::bigint, %s::jsonb)"
+SQL_REGISTERED: Final = (
+    "SELECT EXISTS (SELECT 1 FROM pepsi.dispatchers WHERE dispatcher_id = %s::bigint)"
+)
 SQL_UNREGISTER: Final = "SELECT pepsi.unregister_dispatcher(%s::bigint)"
 SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%s::bigint, %s::boolean, make_interval(secs => %s::float8))"
@@ -91,9 +94,12 @@ SQL_CLAIM: Final = (
     " %s::bigint[])"
 )
 # statement_timestamp() comes along so the next-due timer is computed on the
-# database's clock, immune to skew between this host and the server.
+# database's clock, immune to skew between this host and the server. A row
+# paused until 'infinity' is never due: no timer (subtracting it would raise
+# "cannot subtract infinite timestamps" and fail the whole round trip).
 SQL_REQUEUE_DUE: Final = (
-    "SELECT requeued, exhausted, expired, next_due - statement_timestamp(),"
+    "SELECT requeued, exhausted, expired,"
+    " CASE WHEN isfinite(next_due) THEN next_due - statement_timestamp() END,"
     " exhausted_stages, exhausted_counts, expired_stages, expired_counts"
     " FROM pepsi.requeue_due(%s::text[], %s::int[], %s::int, make_interval(secs => %s::float8))"
 )
@@ -116,6 +122,10 @@ SQL_DISPATCHERS: Final = "SELECT * FROM pepsi.dispatchers"
 # claim committed while its answer was lost with the connection are released.)
 SQL_HELD: Final = (
     "SELECT workqueue_id FROM pepsi.workqueue WHERE status = 'running' AND dispatcher_id = %s"
+)
+
+SQL_STAGES_OF: Final = (
+    "SELECT workqueue_id, stage FROM pepsi.workqueue WHERE workqueue_id = ANY(%s::bigint[])"
 )
 
 
@@ -350,6 +360,10 @@ class Database:
         else:
             self._scalar(SQL_HEARTBEAT_GAUGES, (dispatcher_id, Jsonb(gauges)), "heartbeat")
 
+    def registered(self, dispatcher_id: int) -> bool:
+        """Is our registration still there (competing: not declared dead by a replica)?"""
+        return bool(self._scalar(SQL_REGISTERED, (dispatcher_id,), "registered"))
+
     def unregister(self, dispatcher_id: int) -> None:
         """``pepsi.unregister_dispatcher``."""
         self._scalar(SQL_UNREGISTER, (dispatcher_id,), "unregister")
@@ -401,6 +415,55 @@ class Database:
         """Ids of the running rows the database says this dispatcher holds."""
         assert self.work is not None
         return {r[0] for r in self.work.execute(SQL_HELD, (dispatcher_id,)).fetchall()}
+
+    def stages_of(self, ids: Iterable[int]) -> dict[int, str]:
+        """Current stage of each of ``ids`` (missing rows left out)."""
+        assert self.work is not None
+        rows = self.work.execute(SQL_STAGES_OF, (list(ids),)).fetchall()
+        return {int(r[0]): str(r[1]) for r in rows}
+
+    # -- the parts of an iteration, one statement each (see Dispatcher._isolate) --
+    def record_errors(self, dispatcher_id: int, errors: Sequence[tuple[int, str, str]]) -> int:
+        """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
+        n = self._scalar(
+            SQL_RECORD_ERRORS,
+            (
+                dispatcher_id,
+                [e[0] for e in errors],
+                [e[1] for e in errors],
+                [e[2] for e in errors],
+            ),
+            "record_dispatch_error",
+        )
+        return int(n or 0)
+
+    def check_answered(self, dispatcher_id: int, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """``pepsi.check_answered`` alone: the rows failed for being left running."""
+        work = self.work
+        assert work is not None
+
+        def run() -> list[tuple[int, str]]:
+            rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, list(ids))).fetchall()
+            return [(r[0], r[1]) for r in rows]
+
+        return with_retry(run, "check_answered")
+
+    def claim(
+        self,
+        dispatcher_id: int,
+        stages: Sequence[str],
+        caps: Sequence[int],
+        after_ids: Sequence[int | None] | None,
+    ) -> list[tuple[int, str]]:
+        """``pepsi.claim`` alone: (id, stage) of the rows claimed."""
+        work = self.work
+        assert work is not None
+        args = (dispatcher_id, list(stages), list(caps), self.competing, after_ids)
+
+        def run() -> list[tuple[int, str]]:
+            return [(r[0], r[1]) for r in work.execute(SQL_CLAIM, args).fetchall()]
+
+        return with_retry(run, "claim")
 
     # -- the hot path ------------------------------------------------------------
     def iteration(

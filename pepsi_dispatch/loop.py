@@ -20,6 +20,7 @@ list until it is answered or the worker is gone.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import resource
@@ -35,11 +36,20 @@ from psycopg import errors as pgerrors
 
 from . import gauges
 from .config import Config, ConfigError, apply_overlay, reread_config
-from .db import Database, IterationResult, Requeue, ids_text
+from .db import CONNECTION_LOST, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
-from .process import Worker, describe_exit
-from .protocol import FAILED, OK, parse_answer
+from .privileges import check_access, config_files, log_files
+from .process import (
+    EX_TEMPFAIL,
+    ExitKind,
+    Worker,
+    become_subreaper,
+    classify_exit,
+    describe_exit,
+    reap_orphans,
+)
+from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -48,6 +58,8 @@ log = logging.getLogger(__name__)
 #: paused a row; pausing does not notify). A pause of 2 s is thus retried on
 #: time: its due time is learned within a second of the pause.
 REQUEUE_AFTER_ANSWERS = 1.0
+#: After requeue_due itself failed (a poisoned paused row): next try after this.
+REQUEUE_RETRY_AFTER_ERROR = 10.0
 #: Requeue summaries at INFO at most this often.
 REQUEUE_LOG_EVERY = 60.0
 #: Flush stats on going idle at most this often.
@@ -73,11 +85,25 @@ PURGE_MAX_BATCHES = 20
 INF = float("inf")
 
 
+class ReloadCause(enum.Enum):
+    """What asked for a reload."""
+
+    #: a ``config_changed`` notification: workers are retired only if the
+    #: configuration really changed.
+    NOTIFIED = "notified"
+    #: SIGHUP, the operator's explicit request: every worker is retired.
+    SIGHUP = "sighup"
+
+
 class Dispatcher:
     """The coordinator: state of one ``pepsi-dispatch serve`` run."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        #: the configuration as read from the file, without the overlay: a
+        #: reconnect re-applies only the overlay to it, never re-reading the file
+        #: (as SERVICE_USER, maybe half edited).
+        self.file_config = config
         self.dc = config.dispatch
         self.db = Database(config.dsn, self.dc.competing)
         self.stats = Stats()
@@ -90,6 +116,9 @@ class Dispatcher:
         # Database writes owed (kept until the pipeline carrying them succeeds).
         self.errors: list[tuple[int, str, str]] = []
         self.answered: list[int] = []
+        #: id -> the stage its owed answer check is for (the last fused stage, if
+        #: any): the guard against a lost reply to a committed claim (_strays).
+        self.answered_at: dict[int, str] = {}
         self.to_release: list[int] = []
         #: id -> the worker that has it in flight. The invariant's bookkeeping:
         #: a row a stage advanced can be claimed again (for the next stage)
@@ -110,6 +139,8 @@ class Dispatcher:
         self._requeue_logged = -INF
         self.requeue_at = 0.0
         self.last_requeue = -INF
+        #: requeue_due itself failed (a poisoned paused row): not again before this.
+        self.requeue_blocked_until = 0.0
         self.next_heartbeat = 0.0
         self.last_flush = time.monotonic()
         self.db_ok = False
@@ -129,6 +160,8 @@ class Dispatcher:
         self.db_hold_delay = RECONNECT_FIRST
         self.last_query_error_log = -INF
         self.reload_pending = False
+        #: what asked for the pending reload (SIGHUP retires workers even if nothing changed).
+        self.reload_cause = ReloadCause.NOTIFIED
         #: a reload only if the stage table differs (after a reconnect).
         self.reload_if_changed = False
         self._listen_fd = -1
@@ -153,6 +186,9 @@ class Dispatcher:
     # == start-up ================================================================
     def start(self) -> None:
         """Connect, lock, register, LISTEN, reset orphans; raises UsageError if refused."""
+        # Privileges are dropped by now: what a reload or a log rotation will need
+        # later must work for this user, or we refuse to start (exit 2).
+        check_access(config_files(self.config), log_files())
         try:
             self.db.connect()
         except psycopg.Error as exc:
@@ -185,6 +221,15 @@ class Dispatcher:
             raise FatalError(f"database error during start-up: {_one_line(exc)}") from None
         if n:
             log.info("reset %d orphaned running row(s) to pending", n)
+        if self.dc.competing and self.dc.shutdown_timeout >= self.dc.orphan_timeout:
+            log.warning(
+                "SHUTDOWN_TIMEOUT (%g s) >= ORPHAN_TIMEOUT (%g s): should this replica's"
+                " heartbeat stall while it stops (database trouble), other replicas reset"
+                " and run again rows its workers are still finishing; keep SHUTDOWN_TIMEOUT"
+                " below ORPHAN_TIMEOUT",
+                self.dc.shutdown_timeout,
+                self.dc.orphan_timeout,
+            )
         if self.dc.db_pool_size < 2:
             log.warning(
                 "DB_POOL_SIZE = %d, but the dispatcher needs its 2 connections"
@@ -218,6 +263,12 @@ class Dispatcher:
                 self.pools[name].cooldown_delay = pool.cooldown_delay
             elif pool.workers:
                 self.leftover.append(pool)
+        # A stage removed by one reload and added again by the next: the workers
+        # of its old pool (retiring) still run and count against PARALLELISM.
+        for pool in list(self.leftover):
+            if pool.name in self.pools:
+                self.pools[pool.name].workers.extend(pool.workers)
+                self.leftover.remove(pool)
 
     def _watch_listen(self) -> None:
         self._listen_fd = self.db.listen_fileno()
@@ -247,6 +298,7 @@ class Dispatcher:
             self.sigchld = True
         elif signum == signal.SIGHUP:
             self.reload_pending = True
+            self.reload_cause = ReloadCause.SIGHUP
         else:
             self.signals_seen += 1
 
@@ -254,6 +306,9 @@ class Dispatcher:
     def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
         self._install_signals()
+        # Orphaned grandchildren of workers come to us, to be reaped (see _reap).
+        if not become_subreaper():
+            log.debug("cannot become a child subreaper; escaped grandchildren go to init")
         try:
             self.start()
             now = time.monotonic()
@@ -266,13 +321,8 @@ class Dispatcher:
                 now = time.monotonic()
                 for key, _mask in events:
                     kind, w = key.data
-                    if kind == "out":
-                        self._on_stdout(w, now)
-                    elif kind == "err":
-                        self._on_stderr(w)
-                    elif kind == "in":
-                        if w.flush_stdin():
-                            self._unwatch(w.stdin_fd)
+                    if kind in ("out", "err", "in"):
+                        self._on_worker_event(kind, w, now)
                     elif kind == "listen":
                         self._on_listen(now)
                     else:
@@ -287,7 +337,8 @@ class Dispatcher:
                 db_ready = self.db_ok and now >= self.db_hold_until
                 if self.reload_pending and not self.shutting_down and db_ready:
                     self.reload_pending = False
-                    self._reload(now, self.reload_if_changed)
+                    cause, self.reload_cause = self.reload_cause, ReloadCause.NOTIFIED
+                    self._reload(now, self.reload_if_changed, cause)
                     self.reload_if_changed = False
                 if db_ready:
                     self._db_iteration(now)
@@ -329,10 +380,14 @@ class Dispatcher:
         if held:
             t = min(t, self.db_hold_until)
         elif self.db_ok:
+            # The heartbeat goes on while stopping: until we unregister, our
+            # workers still run our rows (competing: no replica may take them).
+            t = min(t, self.next_heartbeat)
             if not self.shutting_down:
-                t = min(t, self.next_heartbeat, self.requeue_at)
+                blocked = self.requeue_blocked_until
+                t = min(t, self.next_heartbeat, max(self.requeue_at, blocked))
                 if self.requeue_dirty:
-                    t = min(t, self.last_requeue + REQUEUE_AFTER_ANSWERS)
+                    t = min(t, max(self.last_requeue + REQUEUE_AFTER_ANSWERS, blocked))
             if self.stats.pending():
                 t = min(t, self.last_flush + self.dc.stats_interval)
         else:
@@ -388,6 +443,26 @@ class Dispatcher:
                 self.floor.clear()
                 self.claim_needed = True
 
+    def _on_worker_event(self, kind: str, w: Worker, now: float) -> None:
+        """One worker's pipe is ready. Whatever goes wrong handling it ends that
+        worker (its ids are settled when it is reaped), never the dispatcher."""
+        try:
+            if kind == "out":
+                self._on_stdout(w, now)
+            elif kind == "err":
+                self._on_stderr(w)
+            elif w.flush_stdin():
+                self._unwatch(w.stdin_fd)
+        except Exception:  # noqa: BLE001 - one worker's output must not end the loop
+            log.exception(
+                "stage %s worker pid %d: unexpected error handling its %s; stopping it",
+                w.stage,
+                w.pid,
+                {"out": "answers", "err": "stderr"}.get(kind, "stdin"),
+            )
+            if not w.killed:
+                self._kill(w, now)
+
     def _on_stdout(self, w: Worker, now: float) -> None:
         lines = w.read_answers()
         if lines is None:
@@ -412,6 +487,7 @@ class Dispatcher:
         debug = log.isEnabledFor(logging.DEBUG)
         inflight = w.inflight
         where = self.where
+        answered_at = self.answered_at
         for line in lines:
             if not inflight:
                 log.warning(
@@ -434,14 +510,21 @@ class Dispatcher:
             w.answered += 1
             if line == b"0":  # the hot path
                 self.answered.append(wid)
+                answered_at[wid] = w.stage
                 stats.succeeded(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
                 continue
-            answer = parse_answer(line)
+            try:
+                answer = parse_answer(line)
+            except Exception as exc:  # noqa: BLE001 - a bug here must cost one worker only
+                log.exception("stage %s worker pid %d: cannot classify an answer", w.stage, w.pid)
+                answer = Answer(PROTOCOL_ERROR, f"unreadable answer ({type(exc).__name__})")
             if answer.kind == OK:
                 self.answered.append(wid)
-                stats.succeeded(w.stage, seconds, answer.fused)
+                fused = self._fused_allowed(w, answer.fused)
+                answered_at[wid] = fused[-1] if fused else w.stage
+                stats.succeeded(w.stage, seconds, fused)
                 if debug:
                     log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             elif answer.kind == FAILED:
@@ -480,6 +563,34 @@ class Dispatcher:
                 elif pool is not None and w.sent >= pool.max_messages:
                     # Recycled once drained; a replacement is spawned on demand.
                     self._stop_worker(w, now, f"MAX_MESSAGES ({pool.max_messages}) reached")
+
+    def _fused_allowed(self, w: Worker, fused: tuple[str, ...]) -> tuple[str, ...]:
+        """The stages of ``0 fused=...`` if the graph allows them, else none.
+
+        Each name must be a configured stage that NEXT of the one before it
+        (the worker's own stage first) names; otherwise the worker's claim is
+        not counted in any stage's statistics (a typo must not create stats
+        rows for stages that do not exist).
+        """
+        if not fused:
+            return fused
+        stages = self.config.stages
+        prev = w.stage
+        for name in fused:
+            here = stages.get(prev)
+            if here is None or name not in here.next or name not in stages:
+                log.warning(
+                    "stage %s worker pid %d answered 'fused=%s', but %s is not a successor"
+                    " of %s (NEXT); fused stages not counted",
+                    w.stage,
+                    w.pid,
+                    ",".join(fused)[:200],
+                    name[:64],
+                    prev,
+                )
+                return ()
+            prev = name
+        return fused
 
     def _on_stderr(self, w: Worker) -> None:
         lines = w.read_stderr()
@@ -546,23 +657,39 @@ class Dispatcher:
         """Collect exited workers; settle their unanswered ids (they are dead now)."""
         check_all = self.sigchld
         self.sigchld = False
-        for w in self._all_workers():
-            if not (check_all or w.killed or w.eof):
-                continue
-            rc = w.poll()
-            if rc is None:
-                continue
-            self._finalize(w, rc, now)
+        for _ in range(8):  # bounded; the next SIGCHLD comes back here anyway
+            for w in self._all_workers():
+                if not (check_all or w.killed or w.eof):
+                    continue
+                rc = w.poll()
+                if rc is None:
+                    continue
+                self._finalize(w, rc, now)
+            if not check_all:
+                return
+            # As child subreaper: reap grandchildren that outlived their worker.
+            reaped, worker_waiting = reap_orphans({w.pid for w in self._all_workers()})
+            for pid in reaped:
+                log.debug("reaped pid %d, an orphaned descendant of a worker", pid)
+            if not worker_waiting:
+                return
 
     def _finalize(self, w: Worker, rc: int, now: float) -> None:
         pool = self._pool_of(w)
         # Answers written before it exited may still sit in the pipe.
         if not w.killed and w.stdout_fd is not None:
-            for _ in range(64):  # bounded: a grandchild may still hold the pipe open
-                lines = w.read_answers()
-                if not lines:
-                    break
-                self._answers(w, lines, now)
+            try:
+                for _ in range(64):  # bounded: a grandchild may still hold the pipe open
+                    lines = w.read_answers()
+                    if not lines:
+                        break
+                    self._answers(w, lines, now)
+            except Exception:  # noqa: BLE001 - its last answers must not end the loop
+                log.exception(
+                    "stage %s worker pid %d: unexpected error handling its last answers",
+                    w.stage,
+                    w.pid,
+                )
         if w.stderr_fd is not None:
             self._on_stderr(w)  # last words, at most one chunk burst
         # Asked while its stdin is still open: FIONREAD tells if it read anything.
@@ -584,22 +711,33 @@ class Dispatcher:
         self.to_release.extend(undelivered)
         w.undelivered.clear()
         w.inflight.clear()
-        expected = w.stopping or self.shutting_down
+        kind = classify_exit(
+            rc,
+            killed=w.killed,
+            stopping=w.stopping,
+            shutting_down=self.shutting_down,
+            unanswered=len(ids),
+            undelivered=len(undelivered),
+            started=started,
+            db_connected=self.db_ok,
+        )
+        self._settle_exit(w, pool, kind, rc, ids, len(undelivered), now)
+        self.claim_needed = True
+
+    def _settle_exit(
+        self,
+        w: Worker,
+        pool: StagePool | None,
+        kind: ExitKind,
+        rc: int,
+        ids: list[int],
+        n_undelivered: int,
+        now: float,
+    ) -> None:
+        """Settle the unanswered ``ids`` of the dead worker ``w`` as ``kind`` says."""
+        exit_text = describe_exit(rc).removeprefix("worker ")
         cooled = False
-        if (ids or undelivered) and not w.killed and not self.shutting_down and not started:
-            # It died before reading any input (a PROGRAM that exits at once:
-            # bad arguments, a missing library): its head-of-line message never
-            # started, so nothing fails -- otherwise a broken PROGRAM would slowly
-            # fail the whole backlog, one message per cooldown.
-            self.to_release.extend(ids)
-            if pool is not None:
-                pool.start_cooldown(
-                    now,
-                    f"worker pid {w.pid} {describe_exit(rc).removeprefix('worker ')} before"
-                    f" reading its input ({len(ids) + len(undelivered)} message(s) stay pending)",
-                )
-                cooled = True
-        elif ids and not w.killed and not self.shutting_down:
+        if kind is ExitKind.CRASH:
             # A crash: the head-of-line message fails, the rest never ran.
             head, rest = ids[0], ids[1:]
             reason = describe_exit(rc)
@@ -616,33 +754,63 @@ class Dispatcher:
             )
         else:
             self.to_release.extend(ids)
-            if w.killed:
-                log.info(
-                    "stage %s worker pid %d killed; %d message(s) released",
-                    w.stage,
-                    w.pid,
-                    len(ids),
+        if kind is ExitKind.DIED_BEFORE_READING:
+            # Its head-of-line message never started, so nothing fails --
+            # otherwise a broken PROGRAM (bad arguments, a missing library) would
+            # slowly fail the whole backlog, one message per cooldown.
+            if pool is not None:
+                pool.start_cooldown(
+                    now,
+                    f"worker pid {w.pid} {exit_text} before reading its input"
+                    f" ({len(ids) + n_undelivered} message(s) stay pending)",
                 )
-            elif expected:
-                # Dying of the SIGTERM we sent is a normal way to stop.
-                normal = rc == 0 or (self.shutting_down and rc == -signal.SIGTERM)
-                level = logging.INFO if normal else logging.WARNING
-                log.log(
-                    level,
-                    "stage %s worker pid %d stopped (%s): %s%s",
-                    w.stage,
-                    w.pid,
-                    w.stop_reason or "dispatcher stopping",
-                    describe_exit(rc).removeprefix("worker "),
-                    f"; {len(ids)} message(s) released" if ids else "",
+                cooled = True
+        elif kind is ExitKind.TEMPFAIL:
+            # "I could not reach the database; nothing I held is done."
+            if pool is not None:
+                pool.start_cooldown(
+                    now,
+                    f"worker pid {w.pid} could not reach the database (exit {EX_TEMPFAIL});"
+                    f" {len(ids)} message(s) released",
                 )
+                cooled = True
             else:
                 log.warning(
-                    "stage %s worker pid %d exited unexpectedly: %s",
+                    "stage %s worker pid %d could not reach the database (exit %d);"
+                    " %d message(s) released",
                     w.stage,
                     w.pid,
-                    describe_exit(rc).removeprefix("worker "),
+                    EX_TEMPFAIL,
+                    len(ids),
                 )
+        elif kind is ExitKind.DB_DOWN:
+            log.warning(
+                "stage %s worker pid %d %s while the database is unreachable;"
+                " %d message(s) released, none failed",
+                w.stage,
+                w.pid,
+                exit_text,
+                len(ids),
+            )
+        elif kind is ExitKind.KILLED:
+            log.info(
+                "stage %s worker pid %d killed; %d message(s) released", w.stage, w.pid, len(ids)
+            )
+        elif kind is ExitKind.STOPPED:
+            # Dying of the SIGTERM we sent is a normal way to stop.
+            normal = rc == 0 or (self.shutting_down and rc == -signal.SIGTERM)
+            log.log(
+                logging.INFO if normal else logging.WARNING,
+                "stage %s worker pid %d stopped (%s): %s%s",
+                w.stage,
+                w.pid,
+                w.stop_reason or "dispatcher stopping",
+                exit_text,
+                f"; {len(ids)} message(s) released" if ids else "",
+            )
+        elif kind is ExitKind.EXITED:
+            log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)
+        expected = w.stopping or self.shutting_down
         if (
             pool is not None
             and not cooled
@@ -652,19 +820,16 @@ class Dispatcher:
             and not self.shutting_down
         ):
             pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
-        self.claim_needed = True
 
     def _timers(self, now: float) -> None:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
         if not self.db_ok and now >= self.reconnect_at:
             self._reconnect(now)
-        if (
-            self.db_ok
-            and not self.shutting_down
-            and now >= self.next_heartbeat
-            and now >= self.db_hold_until
-        ):
-            self._heartbeat(now)
+        if self.db_ok and now >= self.next_heartbeat and now >= self.db_hold_until:
+            if self.shutting_down:
+                self._shutdown_heartbeat(now)
+            else:
+                self._heartbeat(now)
         for pool in self.pools.values():
             if pool.cooldown_until and now >= pool.cooldown_until:
                 pool.cooldown_until = 0.0  # the delay is kept, so the next one grows
@@ -750,9 +915,13 @@ class Dispatcher:
     def _db_iteration(self, now: float) -> None:
         """This iteration's database work, in one pipeline; then place claimed ids."""
         requeue = None
-        if not self.shutting_down and (
-            now >= self.requeue_at
-            or (self.requeue_dirty and now - self.last_requeue >= REQUEUE_AFTER_ANSWERS)
+        if (
+            not self.shutting_down
+            and now >= self.requeue_blocked_until
+            and (
+                now >= self.requeue_at
+                or (self.requeue_dirty and now - self.last_requeue >= REQUEUE_AFTER_ANSWERS)
+            )
         ):
             requeue = self._requeue_args()
         claim = None
@@ -798,14 +967,152 @@ class Dispatcher:
                 self.stats.round_trip(time.monotonic() - t0, claim is not None)
                 self.round_trips += 1
             except psycopg.Error as exc:
-                self._db_lost(now, exc)
-                return
+                if not self._poisoned(exc):
+                    self._db_lost(now, exc)
+                    return
+                isolated = self._isolate(now, exc, errors, answered, requeue, claim)
+                if isolated is None:
+                    return
+                result = isolated
             self.errors = []
             self.answered = []
+            self.answered_at.clear()
             self.claim_needed = False
             self.db_hold_delay = RECONNECT_FIRST
             self._after_iteration(result, now)
         self._maybe_flush(now)
+
+    def _poisoned(self, exc: psycopg.Error) -> bool:
+        """Did a statement fail for what it was given, the connections being fine?
+
+        Lost connections, timeouts and cancels (OperationalError) are the
+        database's trouble, handled by _db_lost; anything else with both
+        connections intact (a data error, a limit, a raising trigger) may be
+        one bad row or stage poisoning the shared round trip.
+        """
+        if isinstance(exc, CONNECTION_LOST):
+            return False
+        return not (self.db.work_dead() or self.db.listen_dead())
+
+    def _isolate(
+        self,
+        now: float,
+        exc: psycopg.Error,
+        errors: list[tuple[int, str, str]],
+        answered: list[int],
+        requeue: tuple[list[str], list[int], int, float | None] | None,
+        claim: tuple[list[str], list[int], list[int | None] | None] | None,
+    ) -> IterationResult | None:
+        """The pipelined round trip failed with the connections intact: run its
+        parts one statement at a time, so that one poisoned row or stage stops
+        only itself. Rows whose write keeps failing are failed with a short
+        dispatch_error saying why; a failing requeue is skipped for a while; a
+        stage whose claim fails cools down. None if the connection broke
+        meanwhile (then _db_lost has run; the owed writes are kept and are
+        idempotent, fenced by dispatcher id)."""
+        log.error("database round trip failed (%s); running its parts one by one", _one_line(exc))
+        result = IterationResult([], None, [])
+        try:
+            if errors:
+                self._record_errors_alone(errors)
+            if answered:
+                result.left_running = self._check_answered_alone(answered)
+            if requeue is not None:
+                result.requeue = self._requeue_alone(now, requeue)
+            if claim is not None:
+                result.claimed = self._claim_by_stage(now, claim)
+        except psycopg.Error as lost:
+            self._db_lost(now, lost)
+            return None
+        self.round_trips += 1
+        return result
+
+    def _record_errors_alone(self, errors: list[tuple[int, str, str]]) -> None:
+        try:
+            self.db.record_errors(self.dispatcher_id, errors)
+            return
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+        for e in errors:
+            try:
+                self.db.record_errors(self.dispatcher_id, [e])
+            except psycopg.Error as exc:
+                if not self._poisoned(exc):
+                    raise
+                self._fail_poisoned(e[0], f"its {e[1]} could not be recorded", exc)
+
+    def _check_answered_alone(self, answered: list[int]) -> list[tuple[int, str]]:
+        try:
+            return self.db.check_answered(self.dispatcher_id, answered)
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+        out: list[tuple[int, str]] = []
+        for wid in answered:
+            try:
+                out.extend(self.db.check_answered(self.dispatcher_id, [wid]))
+            except psycopg.Error as exc:
+                if not self._poisoned(exc):
+                    raise
+                self._fail_poisoned(wid, "checking its answer 0 failed", exc)
+        return out
+
+    def _fail_poisoned(self, wid: int, what: str, exc: psycopg.Error) -> None:
+        """Take a row whose write keeps failing out of the way: fail it with a
+        short dispatch_error saying why (log ERROR). Raises on a lost connection."""
+        reason = f"dispatch error: {what}: {_one_line(exc)[:300]}"
+        log.error("message %d: %s; failing it", wid, reason.removeprefix("dispatch error: "))
+        try:
+            self.db.record_errors(self.dispatcher_id, [(wid, "failed", reason)])
+        except psycopg.Error as again:
+            if not self._poisoned(again):
+                raise
+            log.error(
+                "message %d: cannot fail it either (%s); it stays running, held by this"
+                " dispatcher, until a restart resets it",
+                wid,
+                _one_line(again),
+            )
+
+    def _requeue_alone(
+        self, now: float, requeue: tuple[list[str], list[int], int, float | None]
+    ) -> Requeue | None:
+        try:
+            return self.db.requeue_due(*requeue)
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+            log.error(
+                "requeue_due failed (%s); paused rows are not requeued, next try in %g s",
+                _one_line(exc),
+                REQUEUE_RETRY_AFTER_ERROR,
+            )
+            self.requeue_at = self.requeue_blocked_until = now + REQUEUE_RETRY_AFTER_ERROR
+            return None
+
+    def _claim_by_stage(
+        self, now: float, claim: tuple[list[str], list[int], list[int | None] | None]
+    ) -> list[tuple[int, str]]:
+        stages, caps, after_ids = claim
+        try:
+            return self.db.claim(self.dispatcher_id, stages, caps, after_ids)
+        except psycopg.Error as exc:
+            if not self._poisoned(exc):
+                raise
+        out: list[tuple[int, str]] = []
+        for i, stage in enumerate(stages):
+            after = None if after_ids is None else [after_ids[i]]
+            try:
+                out.extend(self.db.claim(self.dispatcher_id, [stage], [caps[i]], after))
+            except psycopg.Error as exc:
+                if not self._poisoned(exc):
+                    raise
+                log.error("stage %s: claim failed: %s", stage, _one_line(exc))
+                pool = self.pools.get(stage)
+                if pool is not None:
+                    pool.start_cooldown(now, "its claim failed (see the ERROR line above)")
+        return out
 
     def _lower_floors(
         self, errors: list[tuple[int, str, str]], answered: list[int], release: list[int]
@@ -943,10 +1250,65 @@ class Dispatcher:
         try:
             self.db.flush_stats(self.stats.flush_args())
         except psycopg.Error as exc:
-            self._db_lost(now, exc)
-            return
+            if not self._poisoned(exc):
+                self._db_lost(now, exc)
+                return
+            # Deltas the database refuses would block every later flush (and,
+            # through _db_lost, all database work): drop them, loudly.
+            log.error("statistics flush failed (%s); these deltas are dropped", _one_line(exc))
         self.stats.clear()
         self.last_flush = now
+
+    def _shutdown_heartbeat(self, now: float) -> None:
+        """While stopping: only say we are alive (no claims, resets or purges).
+
+        In competing mode a replica whose heartbeat is older than
+        ORPHAN_TIMEOUT has its rows reset by the others -- while its workers
+        may still be finishing them within SHUTDOWN_TIMEOUT.
+        """
+        self.next_heartbeat = now + self.heartbeat_interval
+        try:
+            self._check_registration(now)
+            self.db.heartbeat(self.dispatcher_id)
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+
+    def _check_registration(self, now: float) -> None:
+        """Competing: were we declared dead (heartbeat older than ORPHAN_TIMEOUT)?
+
+        Then another replica has reset our running rows, and may already run
+        them. Before the heartbeat registers us again, every worker is killed
+        and every id it held, or that we owed a write for, is dropped: none of
+        them is ours any more (a late write would be refused by the fencing
+        token anyway, but the work itself must stop).
+        """
+        if not self.dc.competing or self.db.registered(self.dispatcher_id):
+            return
+        workers = self._all_workers()
+        held = sum(len(w.inflight) + len(w.undelivered) for w in workers)
+        for w in workers:
+            w.wait_dead()  # SIGKILL to the group, then reap
+            self._unwatch(w.stdout_fd)
+            self._unwatch(w.stderr_fd)
+            self._unwatch(w.stdin_fd)
+            w.close_fds()
+            w.inflight.clear()
+            w.undelivered.clear()
+        for pool in self.pools.values():
+            pool.workers.clear()
+        self.leftover.clear()
+        self.where.clear()
+        self.errors, self.answered, self.to_release = [], [], []
+        self.answered_at.clear()
+        self.floor.clear()
+        self.claim_needed = True
+        log.error(
+            "this replica was declared dead by another (its heartbeat was older than"
+            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
+            " %d message(s) they held; registering again",
+            len(workers),
+            held,
+        )
 
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.heartbeat_interval
@@ -955,6 +1317,7 @@ class Dispatcher:
         # a claim in the same pipeline as requeue_due goes unbounded).
         self.floor.clear()
         try:
+            self._check_registration(now)
             self.db.heartbeat(self.dispatcher_id, gauges.collect(self))
             self.db.ping_listen()
             self._on_listen(now)  # notifications that arrived during the ping
@@ -1053,14 +1416,13 @@ class Dispatcher:
             else:
                 if not work_only:
                     self.db.start_listening()
+                # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
+                self._check_registration(now)
                 self.db.heartbeat(self.dispatcher_id)
                 # Rows the database says we hold but no worker has (a claim that
                 # committed while its answer was lost) go back to pending; rows
                 # with an owed failure or answer check are left for those writes.
-                owed = {e[0] for e in self.errors}
-                owed.update(self.answered)
-                owed.update(self.where)
-                stray = sorted(self.db.held(self.dispatcher_id) - owed - set(self.to_release))
+                stray = self._strays()
                 if stray:
                     self.db.release(self.dispatcher_id, stray)
                     log.info("released %d claimed row(s) no worker had", len(stray))
@@ -1111,6 +1473,32 @@ class Dispatcher:
         # retire workers only if the stage table really changed.
         self.reload_pending = True
         self.reload_if_changed = True
+
+    def _strays(self) -> list[int]:
+        """Rows the database says we hold but no worker has (after a reconnect).
+
+        A claim that committed while its reply was lost with the connection
+        left such rows running. Rows with an owed write are normally left for
+        that write -- except a row owed an answer check that is no longer at
+        the stage its answer was for (the last fused stage, if any): the stage
+        advanced it, and the lost claim took it again. Its check would fail a
+        healthy row for being "left running"; it is released instead (the
+        last-fused-stage guard, docs/INTERNALS.md).
+        """
+        held = self.db.held(self.dispatcher_id) - set(self.to_release)
+        owed = {e[0] for e in self.errors}
+        owed.update(self.where)
+        checks = (held & set(self.answered)) - owed
+        moved: set[int] = set()
+        if checks:
+            at = self.db.stages_of(checks)
+            moved = {i for i in checks if at.get(i) != self.answered_at.get(i)}
+        if moved:
+            self.answered = [i for i in self.answered if i not in moved]
+            for i in moved:
+                self.answered_at.pop(i, None)
+        owed.update(self.answered)
+        return sorted(held - owed)
 
     def _retake_lock_later(self, now: float) -> bool:
         """try_lock failed on reconnect: is the holder our own old session?
@@ -1171,11 +1559,18 @@ class Dispatcher:
         raise FatalError(self.lock_lost or self.fatal or "fatal error")
 
     # == reload ==================================================================
-    def _reload(self, now: float, only_if_changed: bool = False) -> None:
+    def _reload(
+        self,
+        now: float,
+        only_if_changed: bool = False,
+        cause: ReloadCause = ReloadCause.NOTIFIED,
+    ) -> None:
         try:
             # The same file, not a new search (after the privilege drop HOME differs);
-            # the overlay goes on top of the file as at start-up.
-            new = apply_overlay(reread_config(self.config), self.db.overlay())
+            # the overlay goes on top of the file as at start-up. After a reconnect
+            # (only_if_changed) only the overlay is read again.
+            base = self.file_config if only_if_changed else reread_config(self.config)
+            new = apply_overlay(base, self.db.overlay())
         except ConfigError as exc:
             log.error("reloaded configuration does not parse: %s; shutting down", exc)
             self.fatal = f"reloaded configuration does not parse: {exc}"
@@ -1184,9 +1579,21 @@ class Dispatcher:
         except psycopg.Error as exc:
             self.reload_pending = True
             self.reload_if_changed = only_if_changed
+            if cause is ReloadCause.SIGHUP:
+                self.reload_cause = cause
             self._db_lost(now, exc)
             return
+        self.file_config = base
         if only_if_changed and new.stages == self.config.stages:
+            return
+        if (
+            cause is ReloadCause.NOTIFIED
+            and new.stages == self.config.stages
+            and new.sections == self.config.sections
+        ):
+            # A notification for a change that changes nothing (an overlay row set
+            # to the value it had, a touched file): the workers stay.
+            log.info("configuration reloaded: nothing changed, workers kept")
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)

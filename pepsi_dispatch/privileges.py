@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import grp
 import logging
+import logging.handlers
 import os
 import pwd
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pepsi_dispatch.errors import FatalError, UsageError
 
-__all__ = ["drop_privileges"]
+if TYPE_CHECKING:
+    from pepsi_dispatch.config import Config
+
+__all__ = ["check_access", "config_files", "drop_privileges", "log_files"]
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +73,67 @@ def drop_privileges(user: str) -> None:
         pw.pw_gid,
         ",".join(names),
     )
+
+
+def config_files(config: Config) -> list[str]:
+    """The configuration file and every file it includes (from the values' origins)."""
+    from pepsi_dispatch.config import OVERLAY_ORIGIN
+
+    files: list[str] = [str(config.path)] if config.path is not None else []
+    for origin in config.origins.values():
+        if origin == OVERLAY_ORIGIN:
+            continue
+        name = origin.rsplit(":", 1)[0]
+        if name not in files:
+            files.append(name)
+    return files
+
+
+def log_files() -> list[str]:
+    """Paths of the log files the root logger writes to (reopened by path on rotation)."""
+    return [
+        h.baseFilename
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.handlers.WatchedFileHandler)
+    ]
+
+
+def check_access(config: Iterable[str], logs: Iterable[str]) -> None:
+    """After dropping privileges: can we still read our configuration and reopen our logs?
+
+    A reload reads the configuration file (and what it includes) again, and a
+    log file is reopened by path after logrotate moved it: both happen as the
+    service user, long after start-up, when failing means a dispatcher that
+    stops or goes silent. So they are checked at once.
+
+    Raises:
+        UsageError: a file is not readable, or a log file not writable (exit 2).
+    """
+    bad: list[str] = []
+    for path in config:
+        if not os.access(path, os.R_OK):
+            bad.append(f"configuration file '{path}' is not readable")
+    for path in logs:
+        if not os.access(path, os.W_OK):
+            bad.append(
+                f"log file '{path}' is not writable (it could not be reopened after a rotation)"
+            )
+        elif not os.access(os.path.dirname(path) or ".", os.W_OK | os.X_OK):
+            log.warning(
+                "log directory of '%s' is not writable by uid %d: if logrotate moves the file,"
+                " it must create the new one for this user (create MODE USER GROUP) or use"
+                " copytruncate",
+                path,
+                os.geteuid(),
+            )
+    if bad:
+        who = pwd.getpwuid(os.geteuid()).pw_name if _known_uid() else str(os.geteuid())
+        raise UsageError(f"as {who} (SERVICE_USER): " + "; ".join(bad))
+
+
+def _known_uid() -> bool:
+    try:
+        pwd.getpwuid(os.geteuid())
+    except KeyError:
+        return False
+    return True

@@ -10,6 +10,7 @@ rows; the loop does that with what :meth:`Worker.read_answers` and
 from __future__ import annotations
 
 import ctypes
+import enum
 import errno
 import fcntl
 import logging
@@ -21,7 +22,7 @@ import subprocess
 import termios
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from .protocol import MAX_LINE
 
@@ -40,6 +41,10 @@ MAX_STDERR_LINE = 8192
 STDERR_PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: Worker exit status "I could not reach the database; nothing I held is done"
+#: (sysexits.h EX_TEMPFAIL): its messages are released, not failed.
+EX_TEMPFAIL = 75
 try:
     _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - not on Linux
@@ -60,6 +65,98 @@ def _child_setup(parent: int) -> None:
     # The dispatcher ignores nothing, but be explicit: a worker starts with
     # default dispositions and an empty signal mask whatever we did.
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (``PR_SET_CHILD_SUBREAPER``).
+
+    Grandchildren whose parent (a worker) dies are then re-parented to the
+    dispatcher instead of to init, so they are ours to reap (see
+    :func:`reap_orphans`) -- and zombies cannot pile up when the dispatcher runs
+    as PID 1 in a container. False if the kernel refused (not Linux).
+    """
+    if _libc is None:
+        return False
+    return _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def reap_orphans(workers: Container[int]) -> tuple[list[int], bool]:
+    """Reap every exited child that is not one of ``workers``.
+
+    Returns the pids reaped, and whether the scan stopped at an exited worker.
+    Each exited child is looked at first without reaping it (``WNOWAIT``): a
+    worker must be reaped by its :class:`Worker` (which kills its process group
+    first), so the scan stops there; the caller polls its workers and calls
+    again.
+    """
+    reaped: list[int] = []
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return reaped, False
+        if info is None or not info.si_pid:
+            return reaped, False
+        if info.si_pid in workers:
+            return reaped, True
+        try:
+            os.waitpid(info.si_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        reaped.append(info.si_pid)
+
+
+class ExitKind(enum.Enum):
+    """How the loop settles the ids of a worker that is gone (see :func:`classify_exit`)."""
+
+    #: We SIGKILLed it (timeout, protocol error, watchdog): whatever it still
+    #: holds never got an answer and goes back to pending.
+    KILLED = "killed"
+    #: Stopped on purpose (EOF, SIGTERM at shutdown), or it held nothing:
+    #: anything still held goes back to pending.
+    STOPPED = "stopped"
+    #: It exited on its own while holding nothing (an unexpected exit).
+    EXITED = "exited"
+    #: It died before reading any input: nothing started; release, cool down.
+    DIED_BEFORE_READING = "died before reading"
+    #: Exit 75: "I could not reach the database; nothing I held is done".
+    TEMPFAIL = "tempfail"
+    #: It exited while the dispatcher had no database connection: release all.
+    DB_DOWN = "database down"
+    #: A crash: the head-of-line message fails, the rest go back to pending.
+    CRASH = "crash"
+
+
+def classify_exit(
+    returncode: int,
+    *,
+    killed: bool,
+    stopping: bool,
+    shutting_down: bool,
+    unanswered: int,
+    undelivered: int,
+    started: bool,
+    db_connected: bool,
+) -> ExitKind:
+    """Decide what a worker's end means for the ids it held (a pure function).
+
+    ``unanswered``: ids written to it and not answered; ``undelivered``: ids
+    whose write failed (they never reached it); ``started``: it read some of
+    its input; ``db_connected``: the dispatcher's own database connection is up.
+    """
+    if killed:
+        return ExitKind.KILLED
+    if shutting_down:
+        return ExitKind.STOPPED
+    if returncode == EX_TEMPFAIL:
+        return ExitKind.TEMPFAIL
+    if (unanswered or undelivered) and not started:
+        return ExitKind.DIED_BEFORE_READING
+    if not unanswered:
+        return ExitKind.STOPPED if stopping else ExitKind.EXITED
+    if not db_connected:
+        return ExitKind.DB_DOWN
+    return ExitKind.CRASH
 
 
 def describe_exit(returncode: int) -> str:
@@ -316,12 +413,20 @@ class Worker:
             self.outbuf = b""
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the worker (ignored if it is already reaped)."""
+        """Send ``sig`` to the worker's process group (ignored once it is reaped).
+
+        The whole group: a shell wrapper's child working on a message must
+        hear the stop as well. While the leader is unreaped its pid, and so
+        the group id, cannot be reused.
+        """
         if self.proc.returncode is None:
             try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass
 
     def kill(self) -> None:
         """SIGKILL the worker and everything in its session (it leads its own group)."""
@@ -336,8 +441,28 @@ class Worker:
                 self.signal(signal.SIGKILL)
 
     def poll(self) -> int | None:
-        """Exit status if the child has exited (reaped without blocking), else None."""
+        """Exit status if the child has exited (reaped without blocking), else None.
+
+        Before the exited leader is reaped -- while its group id is still
+        reserved -- the rest of its process group is SIGKILLed: no child it
+        left behind may go on working on ids the loop is about to release.
+        """
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return self.proc.poll()
+        if info is None or not info.si_pid:
+            return None
+        self._kill_group()
         return self.proc.poll()
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def wait_dead(self) -> int:
         """SIGKILL and reap, blocking (a SIGKILLed child goes away in milliseconds)."""

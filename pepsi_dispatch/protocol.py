@@ -25,6 +25,10 @@ PROTOCOL_ERROR: Final = "protocol_error"
 #: length, end up as protocol errors or failures with a truncated reason).
 MAX_LINE: Final = 8192
 
+#: An answer's number longer than this is no number but garbage (a protocol
+#: error). Python itself refuses int() of more than 4,300 digits.
+MAX_NUMBER_DIGITS: Final = 4300
+
 _STAGE_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 
@@ -66,7 +70,11 @@ def parse_answer(line: bytes) -> Answer:
     head, sep, rest = text.partition(" ")
     if not _INT.match(head):
         return Answer(PROTOCOL_ERROR, text)
-    if int(head) != 0:
+    if len(head) > MAX_NUMBER_DIGITS:
+        return Answer(PROTOCOL_ERROR, text)
+    # Zero or not is read off the digits, never through int(): no answer line
+    # may raise out of here.
+    if head.lstrip("+-").strip("0"):
         # "N reason": the reason is optional in practice; the line is the reason.
         return Answer(FAILED, text)
     # "0 ..." -- only "0 fused=a,b" is valid.

@@ -78,6 +78,9 @@ __all__ = [
 
 #: Longest reason put on an answer line (the dispatcher cuts lines at 8 KiB).
 MAX_REASON = 2000
+#: Exit status "I could not reach the database; nothing I held is done"
+#: (sysexits.h EX_TEMPFAIL): the dispatcher releases the worker's messages.
+EX_TEMPFAIL = 75
 #: How long a worker tries to reconnect after losing its database connection (seconds).
 RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60"))
 
@@ -851,7 +854,9 @@ def run(
         argv: command line (default ``sys.argv[1:]``): ``[-c CONFIG] worker``.
 
     Exit status: 0 after EOF or SIGTERM/SIGINT, 2 for usage or configuration
-    errors, 1 when the database connection fails.
+    errors, 75 (EX_TEMPFAIL) when the database cannot be reached (at start, or
+    reconnecting gave up after PEPSI_WORKER_RECONNECT_TIMEOUT), 1 for other
+    fatal errors.
     """
     sys.exit(_main(handlers, group_commit, sys.argv[1:] if argv is None else argv))
 
@@ -894,6 +899,9 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
 
     try:
         conn = connect()
+    except psycopg.OperationalError as exc:
+        print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
+        return EX_TEMPFAIL
     except psycopg.Error as exc:
         print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
         return 1
@@ -924,8 +932,14 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
         try:
             return worker.serve()
         except psycopg.OperationalError as exc:
-            print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
-            return 1
+            # Reconnecting gave up: the batch in hand was rolled back, nothing it
+            # held is done. EX_TEMPFAIL tells the dispatcher to release, not fail.
+            print(
+                f"pepsi worker: database connection lost, reconnecting gave up: {exc};"
+                f" exiting {EX_TEMPFAIL}",
+                file=sys.stderr,
+            )
+            return EX_TEMPFAIL
         finally:
             conn = worker.conn
     finally:
