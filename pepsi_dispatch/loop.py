@@ -130,6 +130,8 @@ class Dispatcher:
         self.reload_pending = False
         #: a reload only if the stage table differs (after a reconnect).
         self.reload_if_changed = False
+        #: register_stages after a reload failed: try again on the heartbeat.
+        self.stages_unregistered = False
         self._listen_fd = -1
         self.sigchld = False
         self.shutting_down = False
@@ -175,6 +177,7 @@ class Dispatcher:
             # LISTEN before the first claim: nothing enqueued after this is missed.
             self.db.start_listening()
             n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
+            self.db.register_stages(self.dispatcher_id, self.config.stages.values())
         except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
             raise UsageError(
                 f"database {self.db.dbname()!r} has no (current) pepsi schema:"
@@ -386,6 +389,7 @@ class Dispatcher:
                 # An insert that took a low id may commit after a claim passed it.
                 self.floor.clear()
                 self.claim_needed = True
+                self.requeue_dirty = True  # a delayed message: learn when it is due
 
     def _on_stdout(self, w: Worker, now: float) -> None:
         lines = w.read_answers()
@@ -838,6 +842,10 @@ class Dispatcher:
             )
         if result.requeue is not None:
             self._requeued(result.requeue, now)
+        if result.retried:  # automatic retries (RETRY_DELAY): paused, not failed
+            for _wid, stage, status, reason in result.retried:
+                self.stats.retried(stage, status, reason)
+            self.requeue_at = now  # learn when they are due
         if result.claimed:
             if not self.dc.competing:
                 # The pick takes a stage's lowest pending ids above its floor: every
@@ -957,6 +965,8 @@ class Dispatcher:
             self._on_listen(now)  # notifications that arrived during the ping
             if not self.db_ok:
                 return
+            if self.stages_unregistered:
+                self._register_stages(now)
             if self.dc.competing:
                 n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
                 if n:
@@ -1187,6 +1197,7 @@ class Dispatcher:
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)
+        self._register_stages(now)
         n = 0
         for w in self._all_workers():
             if not w.retiring:
@@ -1205,6 +1216,17 @@ class Dispatcher:
             or "(none)",
             n,
         )
+
+    def _register_stages(self, now: float) -> None:
+        """The stage table into pepsi.stages (ingress checks, RETRY_DELAY); retried
+        on the heartbeat while it fails."""
+        self.stages_unregistered = True
+        try:
+            self.db.register_stages(self.dispatcher_id, self.config.stages.values())
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+            return
+        self.stages_unregistered = False
 
     # == shutdown ================================================================
     def _begin_shutdown(self, now: float) -> None:
