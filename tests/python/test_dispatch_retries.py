@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from dispatch_harness import Harness, harness_fixture, wait_until  # noqa: F401
+import pytest
+from dispatch_harness import PYTHON, ROOT, Harness, harness_fixture, wait_until  # noqa: F401
 
 from pepsi_dispatch.enqueue import enqueue
 
@@ -99,4 +100,42 @@ def test_reload_registers_the_new_stage_table(h: Harness) -> None:
         15,
         message=lambda: f"registry after the overlay changed: {registry(h)}",
     )
+    assert d.terminate() == 0
+
+
+@pytest.mark.parametrize("group_commit", [False, True], ids=["single", "group-commit"])
+def test_sdk_handler_exception_is_retried(h: Harness, group_commit: bool) -> None:
+    program = f"{PYTHON} {ROOT / 'tests/python/sdk_scripted_worker.py'} --stages a" + (
+        " --group-commit" if group_commit else ""
+    )
+    stages = {
+        "a": {"PROGRAM": program, "MAX_RETRIES": 2, "RETRY_DELAY": "100 ms"},
+        "plain": {"PROGRAM": program.replace("--stages a", "--stages plain")},
+    }
+    d = h.start(h.conf(stages))
+    wait_until(lambda: set(registry(h)) == {"a", "plain"}, 10, message="stages registered")
+    once, always = h.enqueue(
+        "a",
+        [
+            {"plan": {"a": {"op": "raise", "message": "flaky", "below": 1}}},
+            {"plan": {"a": {"op": "raise", "message": "broken"}}},
+        ],
+    )
+    (plain,) = h.enqueue("plain", [{"plan": {"plain": {"op": "raise", "message": "no"}}}])
+    h.wait_all(timeout=60)
+    row = h.row(once)
+    assert (row["status"], row["retries"]) == ("done", 1), row
+    assert row["state"]["retry_error"] == "1 ValueError: flaky"
+    row = h.row(always)
+    assert (row["status"], row["retries"]) == ("failed", 2), row
+    assert row["state"]["dispatch_error"] == "1 ValueError: broken"
+    row = h.row(plain)
+    assert (row["status"], row["retries"]) == ("failed", 0), "no RETRY_DELAY: as today"
+    assert row["state"]["error"] == "ValueError: no"
+
+    def counts() -> tuple:
+        a = h.stage_stats().get("a", {})
+        return (a.get("processed"), a.get("failed"))
+
+    wait_until(lambda: counts() == (1, 1), 15, message=lambda: f"stage_stats a: {counts()}")
     assert d.terminate() == 0
