@@ -48,6 +48,9 @@ T = TypeVar("T")
 LOCK_KEY: Final = int.from_bytes(b"pepsidsp", "big", signed=True)
 
 CHANNELS: Final = ("workqueue", "config_changed")
+#: What :meth:`Database.notifications` returns for NOTIFY workqueue, 'delayed'
+#: (pepsi.enqueue of a delayed message: run requeue_due to learn its due time).
+DELAYED: Final = "workqueue:delayed"
 
 #: Transient errors the retry helper re-runs (40001, 40P01).
 TRANSIENT: Final = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
@@ -323,9 +326,13 @@ class Database:
             self.listen.execute(f"LISTEN {channel}")
 
     def notifications(self) -> list[str]:
-        """Drain pending notifications without blocking; returns their channels."""
+        """Drain pending notifications without blocking; returns their channels
+        (:data:`DELAYED` for a delayed message's)."""
         assert self.listen is not None
-        return [n.channel for n in self.listen.notifies(timeout=0)]
+        return [
+            DELAYED if n.channel == "workqueue" and n.payload == "delayed" else n.channel
+            for n in self.listen.notifies(timeout=0)
+        ]
 
     def ping_listen(self) -> None:
         """A trivial statement on the listen connection, so a dead link shows up."""

@@ -34,7 +34,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from .config import Config, ConfigError, apply_overlay, reread_config
-from .db import Database, IterationResult, Requeue, ids_text
+from .db import DELAYED, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
 from .process import Worker, describe_exit
@@ -389,7 +389,8 @@ class Dispatcher:
                 # An insert that took a low id may commit after a claim passed it.
                 self.floor.clear()
                 self.claim_needed = True
-                self.requeue_dirty = True  # a delayed message: learn when it is due
+                if channel == DELAYED:  # a delayed message: learn when it is due
+                    self.requeue_dirty = True
 
     def _on_stdout(self, w: Worker, now: float) -> None:
         lines = w.read_answers()

@@ -12,8 +12,10 @@
 --   A NULL payload is stored as '{}'.
 --   Raises 22023 for a NULL or malformed stage name or a payload that is not
 --   a JSON object, 22008 for a non-finite not_before ('infinity', '-infinity').
---   Writes: pepsi.workqueue (one INSERT → one NOTIFY 'workqueue', which also
---   tells the dispatcher to learn the due time of a delayed row).
+--   Writes: pepsi.workqueue (one INSERT → one NOTIFY 'workqueue'; a delayed
+--   row also sends NOTIFY 'workqueue' with payload 'delayed', on which the
+--   dispatcher runs requeue_due within a second to learn the new due time --
+--   plain inserts do not make it run requeue_due).
 --   Locks: none beyond the insert.
 --   Callers: pepsi_ingress, pepsi_stage (SECURITY DEFINER).
 --   The stage is not checked against the stage registry (pepsi.stages): a
@@ -46,6 +48,9 @@ BEGIN
             CASE WHEN later THEN jsonb_build_object('delayed_until', enqueue.not_before)
                  ELSE '{}' END)
     RETURNING w.workqueue_id INTO new_id;
+    IF later THEN
+        PERFORM pg_notify('workqueue', 'delayed');  -- learn the due time (see header)
+    END IF;
     RETURN new_id;
 END
 $$;

@@ -9,7 +9,8 @@
 --   Raises 22023 for a NULL or malformed stage name or when any payload is
 --   not a JSON object (naming the first such element; nothing is inserted),
 --   22008 for a non-finite not_before.
---   Writes: pepsi.workqueue.  Locks: none beyond the insert.
+--   Writes: pepsi.workqueue (delayed rows: also NOTIFY 'workqueue', 'delayed',
+--   as enqueue).  Locks: none beyond the insert.
 --   Callers: pepsi_ingress, pepsi_stage (SECURITY DEFINER).
 --
 -- Why v2 (migration 0009): not_before and object-only payloads, as enqueue
@@ -40,6 +41,9 @@ BEGIN
     IF FOUND THEN
         PERFORM pepsi._check_payload(bad.p, format('payload %s of %s', bad.n,
                                                    cardinality(enqueue_many.payloads)));
+    END IF;
+    IF later THEN
+        PERFORM pg_notify('workqueue', 'delayed');  -- as enqueue: learn the due time
     END IF;
     RETURN QUERY
     INSERT INTO pepsi.workqueue AS w (stage, payload, status, timeout, state)
