@@ -173,3 +173,30 @@ def test_a_database_at_head_runs_the_highest_version_of_every_function(empty_dsn
             assert rows[0][0] == body_of(name, version), (
                 f"pepsi.{name} at head is not sql/functions/{name}.v{version}.sql"
             )
+
+
+def test_0009_downgrade_restores_0008_exactly(empty_dsn: str) -> None:
+    """Functions (bodies, ACLs), tables, constraints and indexes of 0008 come back."""
+    from test_sql_migrations import snapshot
+
+    alembic(empty_dsn, "upgrade", "0008")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        before = snapshot(conn)
+        alembic(empty_dsn, "upgrade", "0009")
+        after = snapshot(conn)
+        assert after != before
+        names = {f[0] for f in after["functions"]}
+        assert {"cancel", "register_stages", "message_story", "queue_overview"} <= names
+        acl = dict(
+            conn.execute(
+                "SELECT p.oid::regprocedure::text, p.proacl::text FROM pg_proc p"
+                " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pepsi'"
+                " AND p.proname IN ('enqueue', 'enqueue_many', 'cancel', 'record_dispatch_error')"
+            ).fetchall()
+        )
+        assert "pepsi_ingress=X" in acl["pepsi.enqueue(text,jsonb,timestamp with time zone)"]
+        assert "pepsi_stage=X" in acl["pepsi.enqueue(text,jsonb,timestamp with time zone)"]
+        assert "pepsi_dispatcher=X" in acl["pepsi.cancel(bigint[],text,boolean)"]
+        assert "pepsi_stage" not in acl["pepsi.cancel(bigint[],text,boolean)"]
+        alembic(empty_dsn, "downgrade", "0008")
+        assert snapshot(conn) == before, "downgrade 0009 leaves exactly what 0008 had"
