@@ -843,9 +843,7 @@ class Dispatcher:
             )
         if result.requeue is not None:
             self._requeued(result.requeue, now)
-        if result.retried:  # automatic retries (RETRY_DELAY): paused, not failed
-            for _wid, stage, status, reason in result.retried:
-                self.stats.retried(stage, status, reason)
+        if self._count_retried(result):
             self.requeue_at = now  # learn when they are due
         if result.claimed:
             if not self.dc.competing:
@@ -856,6 +854,13 @@ class Dispatcher:
                     if wid > floor.get(stage, 0):
                         floor[stage] = wid
             self._place(result.claimed, now)
+
+    def _count_retried(self, result: IterationResult) -> bool:
+        """Failures record_dispatch_error paused for an automatic retry (RETRY_DELAY)
+        are not failures in the statistics; True if there were any."""
+        for _wid, stage, status, reason in result.retried:
+            self.stats.retried(stage, status, reason)
+        return bool(result.retried)
 
     def _requeued(self, r: Requeue, now: float) -> None:
         self.last_requeue = now
@@ -1169,7 +1174,9 @@ class Dispatcher:
             answered = [i for i in self.answered if i not in where]
             try:
                 if errors or answered:
-                    self.db.iteration(self.dispatcher_id, errors, answered, None, None)
+                    self._count_retried(
+                        self.db.iteration(self.dispatcher_id, errors, answered, None, None)
+                    )
                     self.errors, self.answered = [], []
                 if self.stats.pending():
                     self.db.flush_stats(self.stats.flush_args())
@@ -1267,7 +1274,11 @@ class Dispatcher:
                 continue
             try:
                 if self.errors or self.answered:
-                    self.db.iteration(self.dispatcher_id, self.errors, self.answered, None, None)
+                    self._count_retried(
+                        self.db.iteration(
+                            self.dispatcher_id, self.errors, self.answered, None, None
+                        )
+                    )
                     self.errors, self.answered = [], []
                 n = self.db.release(self.dispatcher_id, None)
                 self.to_release = []
