@@ -200,6 +200,13 @@ def _time_opt(minimum_zero: bool) -> Callable[[str], float]:
     return conv
 
 
+def _optional_time_opt(text: str) -> float | None:
+    # Empty (or 0) means unset: RETRY_DELAY off, RETRY_DELAY_MAX no cap.
+    if not text.strip():
+        return None
+    return _time_value(text) or None
+
+
 def _int_opt(minimum: int) -> Callable[[str], int]:
     return lambda text: _int_value(text, minimum)
 
@@ -243,6 +250,10 @@ class StageConfig:
     max_retries: int = 10
     #: PAUSED (an overlay option the dashboard sets): claim nothing for this stage.
     paused: bool = False
+    #: Automatic retries (seconds; None = off): a failure the dispatcher sees is
+    #: paused for retry_delay x 2^retries, capped by retry_delay_max, with jitter.
+    retry_delay: float | None = None
+    retry_delay_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +311,8 @@ _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_MESSAGES": ("max_messages", _int_opt(1)),
     "MAX_RETRIES": ("max_retries", _int_opt(0)),
     "PAUSED": ("paused", _bool_value),
+    "RETRY_DELAY": ("retry_delay", _optional_time_opt),
+    "RETRY_DELAY_MAX": ("retry_delay_max", _optional_time_opt),
 }
 _DATABASE_OPTIONS = ("DSN",)
 _KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")

@@ -29,8 +29,8 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -49,6 +49,9 @@ T = TypeVar("T")
 LOCK_KEY: Final = int.from_bytes(b"pepsidsp", "big", signed=True)
 
 CHANNELS: Final = ("workqueue", "config_changed")
+#: What :meth:`Database.notifications` returns for NOTIFY workqueue, 'delayed'
+#: (pepsi.enqueue of a delayed message: run requeue_due to learn its due time).
+DELAYED: Final = "workqueue:delayed"
 
 #: Transient errors the retry helper re-runs (40001, 40P01).
 TRANSIENT: Final = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
@@ -83,8 +86,15 @@ SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%s::bigint, %s::boolean, make_interval(secs => %s::float8))"
 )
 SQL_RELEASE: Final = "SELECT pepsi.release(%s::bigint, %s::bigint[])"
+# record_dispatch_error v3 returns the rows it changed with their new status:
+# 'paused' is an automatic retry (the stage's RETRY_DELAY), not a failure.
 SQL_RECORD_ERRORS: Final = (
-    "SELECT pepsi.record_dispatch_error(%s::bigint, %s::bigint[], %s::text[], %s::text[])"
+    "SELECT workqueue_id, stage, status FROM pepsi.record_dispatch_error(%s::bigint, %s::bigint[],"
+    " %s::text[], %s::text[])"
+)
+SQL_REGISTER_STAGES: Final = (
+    "SELECT pepsi.register_stages(%s::bigint, %s::text[], %s::text[], %s::int[],"
+    " %s::interval[], %s::interval[], %s::int[], %s::int[])"
 )
 SQL_CHECK_ANSWERED: Final = (
     "SELECT workqueue_id, stage FROM pepsi.check_answered(%s::bigint, %s::bigint[])"
@@ -152,6 +162,9 @@ class IterationResult:
     left_running: list[tuple[int, str]]
     requeue: Requeue | None
     claimed: list[tuple[int, str]]
+    #: failures record_dispatch_error paused for an automatic retry instead of
+    #: failing: (id, stage, status, reason) of the ``errors`` entries it retried.
+    retried: list[tuple[int, str, str, str]] = field(default_factory=list)
 
 
 def with_retry(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
@@ -325,9 +338,13 @@ class Database:
             self.listen.execute(f"LISTEN {channel}")
 
     def notifications(self) -> list[str]:
-        """Drain pending notifications without blocking; returns their channels."""
+        """Drain pending notifications without blocking; returns their channels
+        (:data:`DELAYED` for a delayed message's)."""
         assert self.listen is not None
-        return [n.channel for n in self.listen.notifies(timeout=0)]
+        return [
+            DELAYED if n.channel == "workqueue" and n.payload == "delayed" else n.channel
+            for n in self.listen.notifies(timeout=0)
+        ]
 
     def ping_listen(self) -> None:
         """A trivial statement on the listen connection, so a dead link shows up."""
@@ -363,6 +380,28 @@ class Database:
     def registered(self, dispatcher_id: int) -> bool:
         """Is our registration still there (competing: not declared dead by a replica)?"""
         return bool(self._scalar(SQL_REGISTERED, (dispatcher_id,), "registered"))
+
+    def register_stages(self, dispatcher_id: int, stages: Iterable[Any]) -> None:
+        """``pepsi.register_stages``: the stage table (``StageConfig``s) into pepsi.stages."""
+        cs = list(stages)
+
+        def secs(v: float | None) -> timedelta | None:
+            return None if v is None else timedelta(seconds=v)
+
+        self._scalar(
+            SQL_REGISTER_STAGES,
+            (
+                dispatcher_id,
+                [c.name for c in cs],
+                [" ".join(c.next) for c in cs],
+                [c.max_retries for c in cs],
+                [secs(c.retry_delay) for c in cs],
+                [secs(c.retry_delay_max) for c in cs],
+                [c.parallelism for c in cs],
+                [c.queue_limit for c in cs],
+            ),
+            "register_stages",
+        )
 
     def unregister(self, dispatcher_id: int) -> None:
         """``pepsi.unregister_dispatcher``."""
@@ -509,12 +548,15 @@ class Database:
                     c_claim = work.execute(
                         SQL_CLAIM, (dispatcher_id, claim[0], claim[1], self.competing, claim[2])
                     )
+            retried: list[tuple[int, str, str, str]] = []
             if c_err is not None:
-                c_err.fetchall()
+                paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
+                retried = [(e[0], paused[e[0]], e[1], e[2]) for e in errors if e[0] in paused]
             return IterationResult(
                 left_running=[(r[0], r[1]) for r in c_chk.fetchall()] if c_chk else [],
                 requeue=_requeue(c_req.fetchone()) if c_req else None,
                 claimed=[(r[0], r[1]) for r in c_claim.fetchall()] if c_claim else [],
+                retried=retried,
             )
 
         return with_retry(run, "iteration")

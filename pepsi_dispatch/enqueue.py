@@ -9,12 +9,19 @@
 Each call is one statement (``pepsi.enqueue`` / ``pepsi.enqueue_many``), so a
 bulk insert is one notification to the dispatcher. ``enqueue_many`` sends large
 lists in chunks (one statement and one commit per chunk, unless the caller's
-connection is inside a transaction). The payload is any JSON-serialisable value.
+connection is inside a transaction). A payload is a JSON object (a ``dict``; None
+means ``{}``); anything else raises ``ValueError`` before the database is asked.
+
+``not_before`` (a timezone-aware ``datetime``, or a ``timedelta`` from now) delays
+the message: it waits as ``paused`` until then and is not counted as a retry::
+
+    enqueue(conn, "report", {"day": "2026-11-30"}, not_before=timedelta(minutes=10))
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
@@ -47,14 +54,42 @@ def connect(dsn: str | None = None, config_path: str | None = None) -> psycopg.C
     )
 
 
-def enqueue(conn: psycopg.Connection, stage: str, payload: Any = None) -> int:
+def _payload(payload: Any, what: str = "payload") -> Jsonb:
+    if payload is None:
+        return Jsonb({})
+    if not isinstance(payload, dict):
+        raise ValueError(f"{what} must be a JSON object (a dict), not {type(payload).__name__}")
+    return Jsonb(payload)
+
+
+def _when(not_before: datetime | timedelta | None) -> datetime | None:
+    """``not_before`` as an absolute, timezone-aware time (None: now)."""
+    if not_before is None:
+        return None
+    if isinstance(not_before, timedelta):
+        return datetime.now(UTC) + not_before
+    if not_before.tzinfo is None:
+        raise ValueError("not_before must be timezone-aware (or a timedelta from now)")
+    return not_before
+
+
+def enqueue(
+    conn: psycopg.Connection,
+    stage: str,
+    payload: Any = None,
+    not_before: datetime | timedelta | None = None,
+) -> int:
     """Enqueue one message at ``stage``; returns its id.
 
+    ``not_before``: run it no earlier than this (aware ``datetime``, or ``timedelta``
+    from now); until then it waits as ``paused``. None or a past time: at once.
+
     Raises:
+        ValueError: the payload is not a dict, or ``not_before`` is a naive datetime.
         psycopg.errors.InvalidParameterValue: ``stage`` is not a valid stage name.
     """
     row = conn.execute(
-        "SELECT pepsi.enqueue(%s, %s)", (stage, Jsonb({} if payload is None else payload))
+        "SELECT pepsi.enqueue(%s, %s, %s)", (stage, _payload(payload), _when(not_before))
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -71,15 +106,21 @@ def enqueue_many(
     stage: str,
     payloads: Iterable[Any],
     chunk_size: int = DEFAULT_CHUNK,
+    not_before: datetime | timedelta | None = None,
 ) -> list[int]:
-    """Enqueue one message per payload at ``stage``, in order; returns the ids in order."""
+    """Enqueue one message per payload at ``stage``, in order; returns the ids in order.
+
+    ``not_before`` as for :func:`enqueue`, for every message (one time for all
+    chunks, computed once).
+    """
     if chunk_size < 1:
         raise ValueError("chunk_size must be positive")
+    when = _when(not_before)
     ids: list[int] = []
+    done = 0
     for chunk in _chunks(payloads, chunk_size):
-        cur = conn.execute(
-            "SELECT pepsi.enqueue_many(%s, %s::jsonb[])",
-            (stage, [Jsonb({} if p is None else p) for p in chunk]),
-        )
+        docs = [_payload(p, f"payload {done + i + 1}") for i, p in enumerate(chunk)]
+        done += len(chunk)
+        cur = conn.execute("SELECT pepsi.enqueue_many(%s, %s::jsonb[], %s)", (stage, docs, when))
         ids.extend(int(r[0]) for r in cur.fetchall())
     return ids

@@ -36,7 +36,7 @@ from psycopg import errors as pgerrors
 
 from . import gauges
 from .config import Config, ConfigError, apply_overlay, reread_config
-from .db import CONNECTION_LOST, Database, IterationResult, Requeue, ids_text
+from .db import CONNECTION_LOST, DELAYED, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
 from .pool import StagePool, worker_env
 from .privileges import check_access, config_files, log_files
@@ -164,6 +164,8 @@ class Dispatcher:
         self.reload_cause = ReloadCause.NOTIFIED
         #: a reload only if the stage table differs (after a reconnect).
         self.reload_if_changed = False
+        #: register_stages after a reload failed: try again on the heartbeat.
+        self.stages_unregistered = False
         self._listen_fd = -1
         self.sigchld = False
         self.shutting_down = False
@@ -212,6 +214,7 @@ class Dispatcher:
             # LISTEN before the first claim: nothing enqueued after this is missed.
             self.db.start_listening()
             n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
+            self.db.register_stages(self.dispatcher_id, self.config.stages.values())
         except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
             raise UsageError(
                 f"database {self.db.dbname()!r} has no (current) pepsi schema:"
@@ -442,6 +445,8 @@ class Dispatcher:
                 # An insert that took a low id may commit after a claim passed it.
                 self.floor.clear()
                 self.claim_needed = True
+                if channel == DELAYED:  # a delayed message: learn when it is due
+                    self.requeue_dirty = True
 
     def _on_worker_event(self, kind: str, w: Worker, now: float) -> None:
         """One worker's pipe is ready. Whatever goes wrong handling it ends that
@@ -1148,6 +1153,8 @@ class Dispatcher:
             )
         if result.requeue is not None:
             self._requeued(result.requeue, now)
+        if self._count_retried(result):
+            self.requeue_at = now  # learn when they are due
         if result.claimed:
             if not self.dc.competing:
                 # The pick takes a stage's lowest pending ids above its floor: every
@@ -1157,6 +1164,13 @@ class Dispatcher:
                     if wid > floor.get(stage, 0):
                         floor[stage] = wid
             self._place(result.claimed, now)
+
+    def _count_retried(self, result: IterationResult) -> bool:
+        """Failures record_dispatch_error paused for an automatic retry (RETRY_DELAY)
+        are not failures in the statistics; True if there were any."""
+        for _wid, stage, status, reason in result.retried:
+            self.stats.retried(stage, status, reason)
+        return bool(result.retried)
 
     def _requeued(self, r: Requeue, now: float) -> None:
         self.last_requeue = now
@@ -1323,6 +1337,8 @@ class Dispatcher:
             self._on_listen(now)  # notifications that arrived during the ping
             if not self.db_ok:
                 return
+            if self.stages_unregistered:
+                self._register_stages(now)
             if self.dc.competing:
                 n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
                 if n:
@@ -1549,7 +1565,9 @@ class Dispatcher:
             answered = [i for i in self.answered if i not in where]
             try:
                 if errors or answered:
-                    self.db.iteration(self.dispatcher_id, errors, answered, None, None)
+                    self._count_retried(
+                        self.db.iteration(self.dispatcher_id, errors, answered, None, None)
+                    )
                     self.errors, self.answered = [], []
                 if self.stats.pending():
                     self.db.flush_stats(self.stats.flush_args())
@@ -1597,6 +1615,7 @@ class Dispatcher:
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)
+        self._register_stages(now)
         n = 0
         for w in self._all_workers():
             if not w.retiring:
@@ -1615,6 +1634,17 @@ class Dispatcher:
             or "(none)",
             n,
         )
+
+    def _register_stages(self, now: float) -> None:
+        """The stage table into pepsi.stages (ingress checks, RETRY_DELAY); retried
+        on the heartbeat while it fails."""
+        self.stages_unregistered = True
+        try:
+            self.db.register_stages(self.dispatcher_id, self.config.stages.values())
+        except psycopg.Error as exc:
+            self._db_lost(now, exc)
+            return
+        self.stages_unregistered = False
 
     # == shutdown ================================================================
     def _begin_shutdown(self, now: float) -> None:
@@ -1654,7 +1684,11 @@ class Dispatcher:
                 continue
             try:
                 if self.errors or self.answered:
-                    self.db.iteration(self.dispatcher_id, self.errors, self.answered, None, None)
+                    self._count_retried(
+                        self.db.iteration(
+                            self.dispatcher_id, self.errors, self.answered, None, None
+                        )
+                    )
                     self.errors, self.answered = [], []
                 n = self.db.release(self.dispatcher_id, None)
                 self.to_release = []

@@ -159,6 +159,20 @@ class Stats:
         if n:
             self.stage(stage).failed += n
 
+    def retried(self, stage: str, status: str, reason: str) -> None:
+        """record_dispatch_error paused a failure for an automatic retry (RETRY_DELAY).
+
+        A retried failure is not a failure: a non-zero answer or a protocol
+        error, counted in ``failed`` when it was read, is taken out again (it
+        stays a stage run with its processing seconds).  A timeout or a crash
+        stays counted in ``timeouts`` / ``crashes``: those count what happened
+        to the worker, whatever becomes of the message.  When the retry is due,
+        requeue_due's flip counts in ``requeued``; if the retries run out, the
+        last failure counts in ``failed`` as without retries.
+        """
+        if status == "failed" and _is_answer(reason):
+            self.stage(stage).failed -= 1
+
     def timed_out(self, stage: str, seconds: float) -> None:
         """The MAX_RUNTIME watchdog killed a worker over its head-of-line message."""
         counters = self.stage(stage)
@@ -198,3 +212,21 @@ class Stats:
         """Forget the deltas (after a successful flush of :meth:`flush_args`)."""
         self.stages.clear()
         self.stage_runs = self.messages = self.requeued = self.expired = 0
+
+
+def _is_answer(reason: str) -> bool:
+    """Was this 'failed' reason a worker's answer (counted in ``failed`` when read)?
+
+    The dispatcher writes a non-zero answer as its line (``N reason``) and a
+    protocol error as ``protocol error: ...``; a crash's head-of-line message
+    gets ``worker exited with code N`` / ``worker killed by signal S`` and is
+    counted as a crash instead.
+    """
+    if reason.startswith("protocol error"):
+        return True
+    head = reason.split(" ", 1)[0]
+    try:
+        int(head)
+    except ValueError:
+        return False
+    return True

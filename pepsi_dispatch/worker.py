@@ -26,7 +26,11 @@ row's state in the same transaction, and statements it runs on ``msg.db`` (the
 worker's one connection) commit or roll back together with the transition.
 
 * A handler that raises fails that message (``state.error`` = ``Type: message``),
-  answers ``1 Type: message``, and the worker lives on.
+  answers ``1 Type: message``, and the worker lives on. At a stage with
+  ``RETRY_DELAY`` (automatic retries, read from the dispatcher's registered
+  stage table at start) the row is left running instead and the answer alone
+  tells the dispatcher, which pauses it for the next retry -- or, once
+  MAX_RETRIES are used up, fails it with ``dispatch_error`` = the answer.
 * An advance to a stage the graph (``NEXT`` of the stage, from the configuration
   file plus the database overlay) does not allow fails the message with an error
   naming the allowed successors.
@@ -342,8 +346,12 @@ class _Worker:
         answer_fd: int,
         input_fd: int,
         connect: Callable[[], psycopg.Connection] | None = None,
+        retry_stages: frozenset[str] = frozenset(),
     ) -> None:
         self.handlers = dict(handlers)
+        #: stages with automatic retries: a handler exception there is left to
+        #: the dispatcher (record_dispatch_error retries or fails it).
+        self.retry_stages = retry_stages
         self._connect_fn = connect
         self.stage = stage
         self.conn = conn
@@ -675,7 +683,8 @@ class _Worker:
                     traceback.print_exc(file=sys.stderr)
                     reason = _one_line(prefix + _exc_reason(exc))
                 scope.rollback_to(base)  # undo what this stage's handler wrote
-                self._execute_fail(scope, mid, stage, reason, group)
+                if stage not in self.retry_stages or isinstance(exc, _Refused):
+                    self._execute_fail(scope, mid, stage, reason, group)
                 scope.commit()
                 return _Outcome(f"1 {reason}", False)
 
@@ -823,6 +832,17 @@ def _fail_start(message: str) -> int:
     return 2
 
 
+def _retry_stages(conn: psycopg.Connection) -> frozenset[str]:
+    """Registered stages with automatic retries (RETRY_DELAY); none before migration 0009."""
+    try:
+        rows = conn.execute(
+            "SELECT stage FROM pepsi.registered_stages() WHERE retry_delay IS NOT NULL"
+        ).fetchall()
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
+        return frozenset()
+    return frozenset(r[0] for r in rows)
+
+
 def _load_graph(
     config_path: str | None, conn: psycopg.Connection | None
 ) -> tuple[dict[str, tuple[str, ...]] | None, str, str]:
@@ -926,6 +946,7 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
             answer_fd,
             input_fd,
             connect,
+            _retry_stages(conn),
         )
         signal.signal(signal.SIGTERM, worker.on_signal)
         signal.signal(signal.SIGINT, worker.on_signal)

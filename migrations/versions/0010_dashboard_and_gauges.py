@@ -12,7 +12,7 @@
 Downgrade drops all of it and installs heartbeat v2 again.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-30
 """
 
@@ -21,7 +21,7 @@ from alembic import op
 from migrations.sqlfiles import install, run
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -4,6 +4,7 @@ payload = {"plan": {STAGE: STEP, ...}} with STEP one of
   {"op": "advance", "to": "b", "fuse": false}   {"op": "finish"}
   {"op": "pause", "seconds": 30, "reason": "..."}  {"op": "fail", "reason": "..."}
   {"op": "raise", "message": "..."}  {"op": "none"}  {"op": "bogus"}
+  ("raise" with "below": N raises only while msg.retries < N, then finishes)
 and optional keys: "print": text (written with print()), "sleep": seconds,
 "state": {...} (merged into msg.state), "append": value (appended in place to
 msg.state["log"]), "unjson": true (a set in msg.state), "insert": text (row in public.sdk_log
@@ -48,6 +49,8 @@ def handle(msg: Message):
     if op == "fail":
         return Fail(step["reason"])
     if op == "raise":
+        if msg.retries >= step.get("below", msg.retries + 1):
+            return Finish()
         raise ValueError(step["message"])
     if op == "none":
         return None

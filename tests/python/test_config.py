@@ -734,3 +734,25 @@ def test_reread_config_reports_a_broken_file(write: Write) -> None:
     c = load_config(str(path))
     path.write_text("[stage-a]\nPROGRAM = a\nNEXT = zz\n")
     assert "undefined stage 'zz'" in error_of(lambda: reread_config(c))
+
+
+def test_retry_delay_and_max_per_stage_and_overlay(write: Write) -> None:
+    path = write(
+        "[stage-a]\nPROGRAM = /bin/a\nRETRY_DELAY = 500 ms\nRETRY_DELAY_MAX = 5 min\n"
+        "[stage-b]\nPROGRAM = /bin/b\nRETRY_DELAY =\n"
+        "[stage-c]\nPROGRAM = /bin/c\nRETRY_DELAY = 0\n"
+        "[stage-d]\nPROGRAM = /bin/d\n"
+    )
+    c = load_config(str(path))
+    assert (c.stages["a"].retry_delay, c.stages["a"].retry_delay_max) == (0.5, 300.0)
+    for name in "bcd":  # empty, 0 or unset: off (today's behaviour)
+        assert (c.stages[name].retry_delay, c.stages[name].retry_delay_max) == (None, None)
+    new = apply_overlay(c, [("stage-d", "RETRY_DELAY", "2 s"), ("stage-a", "RETRY_DELAY", "")])
+    assert new.stages["d"].retry_delay == 2.0
+    assert new.stages["a"].retry_delay is None and new.stages["a"].retry_delay_max == 300.0
+
+
+def test_bad_retry_delay_names_file_and_line(write: Write) -> None:
+    path = write("[stage-a]\nPROGRAM = /bin/a\nRETRY_DELAY = soon\n")
+    message = error_of(lambda: load_config(str(path)))
+    assert f"{path}:3" in message and "RETRY_DELAY" in message and "not a time value" in message

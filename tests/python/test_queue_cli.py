@@ -41,7 +41,7 @@ def fail_rows(conn: psycopg.Connection, stage: str, n: int, reason: str = "broke
 
 
 def test_enqueue_arguments_stdin_and_empty(q, conn):
-    rc, out, _ = q("enqueue", "fetch", '{"url": "a"}', "[1, 2]")
+    rc, out, _ = q("enqueue", "fetch", '{"url": "a"}', '{"list": [1, 2]}')
     assert rc == 0
     ids = [int(x) for x in out.split()]
     assert len(ids) == 2
@@ -50,7 +50,10 @@ def test_enqueue_arguments_stdin_and_empty(q, conn):
     rc, out, _ = q("enqueue", "-q", "other")
     assert rc == 0 and out.strip() == "enqueued 1 message(s) at stage other"
     payloads = conn.execute("SELECT payload FROM pepsi.workqueue ORDER BY workqueue_id").fetchall()
-    assert [p for (p,) in payloads] == [{"url": "a"}, [1, 2], {"n": 1}, {"n": 2}, {}]
+    assert [p for (p,) in payloads] == [{"url": "a"}, {"list": [1, 2]}, {"n": 1}, {"n": 2}, {}]
+    # Payloads are JSON objects (migration 0009): [1, 2] used to be accepted here.
+    rc, out, err = q("enqueue", "fetch", "[1, 2]")
+    assert rc == 2 and out == "" and "argument 1 must be a JSON object" in err
 
 
 def test_enqueue_errors(q):

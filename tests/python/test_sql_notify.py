@@ -65,3 +65,27 @@ def test_config_change_notifies_config_changed(dsn: str, conn) -> None:
         assert drain(listener) == [("config_changed", "delete")]
         conn.execute("TRUNCATE pepsi.config")
         assert drain(listener) == [("config_changed", "truncate")]
+
+
+def test_requeue_failed_notifies_workqueue_when_it_moved_rows(dsn: str, conn) -> None:
+    """Requeued rows are claimed at once, not at the dispatcher's next poll."""
+    conn.execute("INSERT INTO pepsi.workqueue (stage, status) VALUES ('a', 'failed')")
+    with listening(dsn, "workqueue") as listener:
+        assert conn.execute("SELECT pepsi.requeue_failed('nothing-here')").fetchone() == (0,)
+        assert drain(listener) == [], "nothing requeued, nothing said"
+        assert conn.execute("SELECT pepsi.requeue_failed('a')").fetchone() == (1,)
+        assert drain(listener) == [("workqueue", "")]
+
+
+def test_a_delayed_enqueue_also_says_delayed(dsn: str, conn) -> None:
+    """The dispatcher runs requeue_due on this one only (not on every insert)."""
+    with listening(dsn, "workqueue") as listener:
+        conn.execute("SELECT pepsi.enqueue('a', '{}', now() + interval '1 h')")
+        assert sorted(drain(listener)) == [("workqueue", ""), ("workqueue", "delayed")]
+        conn.execute(
+            "SELECT count(*) FROM pepsi.enqueue_many('a', ARRAY['{}']::jsonb[],"
+            " now() + interval '1 h')"
+        )
+        assert sorted(drain(listener)) == [("workqueue", ""), ("workqueue", "delayed")]
+        conn.execute("SELECT pepsi.enqueue('a', '{}', now() - interval '1 h')")
+        assert drain(listener) == [("workqueue", "")], "not delayed: the plain hint only"

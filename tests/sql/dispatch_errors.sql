@@ -11,10 +11,10 @@ SELECT pg_temp.running('s', 1) AS crashed, pg_temp.running('s', 1) AS slow,
        pg_temp.running('s', 1) AS moved, pg_temp.running('s', 2) AS other \gset
 SELECT pepsi.advance(:moved, 's', 't', 1);
 
-SELECT is(pepsi.record_dispatch_error(1,
+SELECT is((SELECT count(*)::int FROM pepsi.record_dispatch_error(1,
               ARRAY[:crashed, :slow, :moved, :other]::bigint[],
               ARRAY['failed', 'timeout', 'failed', 'failed'],
-              ARRAY['worker killed by signal 9', 'timeout after 300 s', 'x', 'y']),
+              ARRAY['worker killed by signal 9', 'timeout after 300 s', 'x', 'y'])),
           2, 'record_dispatch_error changes only running rows the caller holds');
 SELECT results_eq(format('SELECT status, dispatcher_id, state FROM pepsi.workqueue WHERE workqueue_id = %s', :crashed),
     $$VALUES ('failed'::text, NULL::bigint, '{"note": 1, "dispatch_error": "worker killed by signal 9"}'::jsonb)$$,
@@ -27,7 +27,7 @@ SELECT results_eq(format('SELECT stage, status, state FROM pepsi.workqueue WHERE
 SELECT results_eq(format('SELECT status, dispatcher_id, state FROM pepsi.workqueue WHERE workqueue_id = %s', :other),
     $$VALUES ('running'::text, 2::bigint, '{"note": 1}'::jsonb)$$,
     'a row another dispatcher holds is never touched');
-SELECT is(pepsi.record_dispatch_error(1, ARRAY[:crashed]::bigint[], ARRAY['failed'], ARRAY['again']),
+SELECT is((SELECT count(*)::int FROM pepsi.record_dispatch_error(1, ARRAY[:crashed]::bigint[], ARRAY['failed'], ARRAY['again'])),
           0, 'a row already failed is not written twice');
 SELECT is((SELECT state->>'dispatch_error' FROM pepsi.workqueue WHERE workqueue_id = :crashed),
           'worker killed by signal 9', 'the first verdict stays');
@@ -37,9 +37,9 @@ SELECT throws_ok(format($$SELECT pepsi.record_dispatch_error(2, ARRAY[%s]::bigin
                  '22023', NULL, 'a NULL status is refused');
 SELECT throws_ok(format($$SELECT pepsi.record_dispatch_error(2, ARRAY[%s]::bigint[], ARRAY['failed', 'failed'], ARRAY['x'])$$, :other),
                  '22023', NULL, 'arrays of different lengths are refused');
-SELECT is(pepsi.record_dispatch_error(2, ARRAY[]::bigint[], ARRAY[]::text[], ARRAY[]::text[]), 0,
+SELECT is((SELECT count(*)::int FROM pepsi.record_dispatch_error(2, ARRAY[]::bigint[], ARRAY[]::text[], ARRAY[]::text[])), 0,
           'empty arrays change nothing');
-SELECT is(pepsi.record_dispatch_error(NULL, ARRAY[:other]::bigint[], ARRAY['failed'], ARRAY['x']), 0,
+SELECT is((SELECT count(*)::int FROM pepsi.record_dispatch_error(NULL, ARRAY[:other]::bigint[], ARRAY['failed'], ARRAY['x'])), 0,
           'a NULL dispatcher changes nothing');
 
 -- check_answered: '0' answered but the row is still running.

@@ -21,6 +21,8 @@ ACTIONS is a list, or a string of actions separated by ";". Actions run in order
   leave_running      answer 0 without any transition
   pause:SECONDS      pepsi.pause until now()+SECONDS, answer 0
   pause_once:SECONDS pause while the row's retries are 0, else act as "next"
+  until:N:ACTION     ACTION (e.g. fail, exit:3) while the row's retries are below N,
+                     else act as "next" (automatic retries)
   sleep:SECONDS      sleep, then go on with the next action
   stderr_flood:BYTES write BYTES of stderr lines, then go on
   stderr_noline:BYTES write one stderr line of BYTES bytes, then go on
@@ -213,6 +215,12 @@ def main() -> int:
         split = False
         for action in actions_for(payload):
             name, _, arg = action.partition(":")
+            if name == "until":
+                below, _, act = arg.partition(":")
+                if retries < int(below):
+                    name, _, arg = act.partition(":")
+                else:
+                    name, arg = "next", ""
             if name == "pause_once":
                 if retries == 0:
                     name = "pause"
