@@ -1,0 +1,22 @@
+#!/bin/bash
+# Chaos stage b, one message: sleep, then pepsi.advance to c with the fencing token.
+# Logs start / tx / end as JSON lines to $CHAOS_LOG/b-PID.jsonl (its own pid: the
+# process that runs the message). Exit 0 only when the transition applied.
+id="$1"
+stage="${PEPSI_STAGE:?}"
+did="${PEPSI_DISPATCHER_ID:-null}"
+log="$CHAOS_LOG/$stage-$$.jsonl"
+emit() { printf '{"ev":"%s","id":%s,"stage":"%s","pid":%s,"did":%s,"t":%s%s}\n' \
+    "$1" "$id" "$stage" "$$" "$did" "${EPOCHREALTIME/,/.}" "$2" >>"$log"; }
+emit start ""
+sleep "0.$((RANDOM % 8 + 1))"
+out=$(PGAPPNAME="chaos-worker $stage" PGCONNECT_TIMEOUT=5 psql "$PEPSI_DSN" -XAtq \
+    -c "select pepsi.advance($id, '$stage', 'c', $did)" 2>/dev/null)
+rc=$?
+case "$rc:$out" in
+    0:t) emit tx ',"fn":"advance","ret":true' ;;
+    0:f) emit tx ',"fn":"advance","ret":false' ;;
+    *) emit tx ',"fn":"advance","ret":null' ;;
+esac
+emit end ""
+[ "$rc:$out" = "0:t" ]
