@@ -370,10 +370,16 @@ QUEUE_LIMIT = 2
             self.proxies.append(BlackHoleProxy(self.cluster.port))
         self.write_conf()
 
+    def replica_dsn(self, slot: int) -> str:
+        """The DSN dispatcher `slot` and its workers use: through that slot's proxy."""
+        return self.cluster.tcp_dsn(self.dbname, self.proxies[slot].port)
+
+    def admin_dsn(self) -> str:
+        """The soak's own connections: the Unix socket, never partitioned."""
+        return self.cluster.unix_dsn(self.dbname)
+
     def admin(self) -> psycopg.Connection:
-        return psycopg.connect(
-            self.cluster.unix_dsn(self.dbname), autocommit=True, application_name="chaos-admin"
-        )
+        return psycopg.connect(self.admin_dsn(), autocommit=True, application_name="chaos-admin")
 
     def admin_retry(self, fn, tries: int = 60):
         for i in range(tries):
@@ -391,7 +397,7 @@ QUEUE_LIMIT = 2
         env = {
             **os.environ,
             "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "PEPSI_DSN": self.cluster.tcp_dsn(self.dbname, self.proxies[r.slot].port),
+            "PEPSI_DSN": self.replica_dsn(r.slot),
             "CHAOS_LOG": str(self.logdir),
             "PEPSI_WORKER_RECONNECT_TIMEOUT": "60",
         }
@@ -685,20 +691,22 @@ QUEUE_LIMIT = 2
         )
         return [{**dict(zip(keys, r[:7], strict=True)), "t": r[7]} for r in rows]
 
+    def start_load(self) -> None:
+        self.rng_load = random.Random(f"{self.seed}-{self.mode}-load")
+        self.watcher = Watcher(self.logdir)
+        self.watcher.start()
+        threading.Thread(target=self.load, daemon=True, name="load").start()
+        for r in self.replicas:
+            self.start_replica(r)
+        self.enqueue_on.set()
+
     def run(self) -> checker.Verdict:
         say(
             f"mode {self.mode}: {self.seconds:g} s of faults, seed {self.seed},"
             f" faults {','.join(self.faults)}; files in {self.base}"
         )
         self.setup()
-        self.rng_load = random.Random(f"{self.seed}-{self.mode}-load")
-        watcher = Watcher(self.logdir)
-        watcher.start()
-        loader = threading.Thread(target=self.load, daemon=True, name="load")
-        loader.start()
-        for r in self.replicas:
-            self.start_replica(r)
-        self.enqueue_on.set()
+        self.start_load()
         t_end = time.time() + self.seconds
         next_fault = time.time() + self.rng.uniform(2.0, 4.0)
         while time.time() < t_end:
@@ -724,6 +732,11 @@ QUEUE_LIMIT = 2
         if not quiet:
             self.notes.append(f"not quiet 120 s after the faults stopped: {self.queue_counts()}")
         say(f"quiet: {quiet} {self.queue_counts()}; clean stop")
+        return self.tail_and_check()
+
+    def tail_and_check(self) -> checker.Verdict:
+        """Clean stop, the fault-free tail between two clean stops, then the checker."""
+        watcher = self.watcher
         self.stop_replicas()
         stranded_after_stop = self.admin_retry(
             lambda c: c.execute(
@@ -814,6 +827,15 @@ QUEUE_LIMIT = 2
             if k != "runs":
                 print(f"{k:<40.40} {n:>6}")
         print(f"{'tracebacks in dispatcher logs':<40} {tracebacks:>6}")
+        reasons = self.admin_retry(
+            lambda c: c.execute(
+                "SELECT regexp_replace(left(coalesce(state->>'dispatch_error', state->>'error',"
+                " '?'), 60), '[0-9]+', 'N', 'g'), count(*) FROM pepsi.workqueue"
+                " WHERE status <> 'done' GROUP BY 1 ORDER BY 2 DESC"
+            ).fetchall()
+        )
+        for reason, n in reasons:
+            print(f"  not done: {n:>4} x {reason}")
         for n in self.notes:
             print(f"note: {n}")
         if verdict.ok:
@@ -839,8 +861,9 @@ QUEUE_LIMIT = 2
         except Exception:
             pass
         if not keep:
+            # The cluster goes; the logs (dispatchers', stage programs') stay for reading.
             shutil.rmtree(self.cluster.home, ignore_errors=True)
-            shutil.rmtree(self.base, ignore_errors=True)
+            shutil.rmtree(self.base / "pg", ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,10 +9,18 @@ log="$CHAOS_LOG/$stage-$$.jsonl"
 emit() { printf '{"ev":"%s","id":%s,"stage":"%s","pid":%s,"did":%s,"t":%s%s}\n' \
     "$1" "$id" "$stage" "$$" "$did" "${EPOCHREALTIME/,/.}" "$2" >>"$log"; }
 emit start ""
-sleep "0.$((RANDOM % 8 + 1))"
-out=$(PGAPPNAME="chaos-worker $stage" PGCONNECT_TIMEOUT=5 psql "$PEPSI_DSN" -XAtq \
-    -c "select pepsi.advance($id, '$stage', 'c', $did)" 2>/dev/null)
-rc=$?
+# Mostly short; one message in ten takes 3-6 s, long enough to outlive a dispatcher restart.
+if [ $((RANDOM % 10)) = 0 ]; then sleep "$((RANDOM % 4 + 3))"; else sleep "0.$((RANDOM % 8 + 1))"; fi
+# psql exits 2 when it cannot connect or loses the connection: retry a few times (a
+# PostgreSQL restart or failover), as a stage program should; a lost commit shows as "f".
+for try in 1 2 3 4 5 6 7 8 9 10; do
+    out=$(PGAPPNAME="chaos-worker $stage" PGCONNECT_TIMEOUT=5 psql "$PEPSI_DSN" -XAtq \
+        -c "select pepsi.advance($id, '$stage', 'c', $did)" 2>/dev/null)
+    rc=$?
+    [ "$rc" = 2 ] || break
+    emit tx ',"fn":"advance","ret":null'
+    sleep 1
+done
 case "$rc:$out" in
     0:t) emit tx ',"fn":"advance","ret":true' ;;
     0:f) emit tx ',"fn":"advance","ret":false' ;;
