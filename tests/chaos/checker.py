@@ -9,8 +9,10 @@ Input is what the soak recorded (see driver.py):
 - ``last_alive``: for each stage-program pid seen dead, the last time it was
   seen alive (a lower bound of its death; the watcher polls /proc);
 - ``kills``: ``(pid, t)`` of every SIGKILL the soak sent;
-- ``declared_dead``: dispatcher id -> when another dispatcher's
-  ``reset_orphans`` deleted it from the registry (it was presumed dead);
+- ``declared_dead``: dispatcher id -> when (a time or a list of times) another
+  dispatcher's ``reset_orphans`` deleted it from the registry (it was presumed
+  dead; a replica may re-register through its heartbeat and be declared dead
+  again);
 - ``history``: one dict per committed UPDATE of a workqueue row, from a
   trigger: ``{"id", "old_stage", "new_stage", "old_status", "new_status",
   "old_did", "new_did", "t"}``;
@@ -24,11 +26,13 @@ What it asserts (SPEC §6, issue 8 "The soak"):
    the process was seen alive (or forever, if it is still alive). Two runs
    overlap when the later one starts before the earlier one ends. Allowed:
    - the earlier process had been SIGKILLed before the later run started;
-   - the earlier run's dispatcher had been declared dead (its registry row
-     deleted by another dispatcher's reset_orphans) before the later run
-     started, the later run belongs to another dispatcher, and none of the
-     earlier run's transitions returned true (its late write was refused by
-     the fencing token, as the program's own log shows).
+   - one run's dispatcher had been declared dead (its registry row deleted
+     by another dispatcher's reset_orphans) after it claimed the row and no
+     later than the other run's start, the other run belongs to another
+     dispatcher, and none of the first run's transitions returned true (its
+     late write was refused by the fencing token, as the program's own log
+     shows). The dead replica's run may be the earlier or the later one: its
+     worker may take the id from its pipe only after the rerun began.
 2. **No double commit.** No (id, stage) has two committed forward
    transitions (running at stage -> another stage, or done), counted from the
    database history and, separately, from the programs' own logs.
@@ -132,12 +136,47 @@ def build_runs(events: list[dict], last_alive: dict[int, float]) -> list[Run]:
     return runs
 
 
+def claim_times(history: list[dict]) -> dict[tuple[int, str, int], list[float]]:
+    """(id, stage, dispatcher) -> when that dispatcher claimed the row at that stage."""
+    out: dict[tuple[int, str, int], list[float]] = defaultdict(list)
+    for h in history:
+        if h["new_status"] == "running" and h["old_status"] != "running":
+            out[(int(h["id"]), h["new_stage"], h["new_did"])].append(h["t"])
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def _fenced_loss(
+    x: Run,
+    y: Run,
+    declared_dead: dict[int, list[float]],
+    claims: dict[tuple[int, str, int], list[float]],
+) -> float | None:
+    """When x's dispatcher was declared dead while holding the row for x, before y began.
+
+    That is: a declaration after x's dispatcher claimed the row (the last claim
+    before x started; any time, if the history has none) and no later than y's
+    start, y belonging to another dispatcher. None if there is no such declaration.
+    """
+    if x.did is None or x.did == y.did:
+        return None
+    before = [t for t in claims.get((x.id, x.stage, x.did), []) if t <= x.start]
+    claimed = before[-1] if before else -math.inf
+    for td in declared_dead.get(x.did, []):
+        if claimed <= td <= y.start:
+            return td
+    return None
+
+
 def check_overlaps(
     runs: list[Run],
     kills: list[tuple[int, float]],
-    declared_dead: dict[int, float],
+    declared_dead: dict[int, list[float]],
     notes: dict[str, int],
+    claims: dict[tuple[int, str, int], list[float]] | None = None,
 ) -> list[Violation]:
+    claims = claims or {}
     killed_at: dict[int, float] = {}
     for pid, t in kills:
         killed_at[pid] = min(t, killed_at.get(pid, math.inf))
@@ -154,16 +193,23 @@ def check_overlaps(
                 if killed_at.get(earlier.pid, math.inf) <= later.start:
                     notes["overlap allowed: earlier process already killed"] += 1
                     continue
-                dead = declared_dead.get(earlier.did) if earlier.did is not None else None
-                if dead is not None and dead <= later.start and later.did != earlier.did:
-                    if any(ret is True for _, ret, _ in earlier.txs):
+                # Either run may be the one whose dispatcher was declared dead: a dead
+                # replica's worker may even start the message after the rerun began.
+                fenced = None
+                for x, y in ((earlier, later), (later, earlier)):
+                    td = _fenced_loss(x, y, declared_dead, claims)
+                    if td is not None:
+                        fenced = (x, y, td)
+                        break
+                if fenced is not None:
+                    x, y, td = fenced
+                    if any(ret is True for _, ret, _ in x.txs):
                         out.append(
                             Violation(
                                 "overlap",
                                 f"message {mid} stage {stage}: the late write of"
-                                f" {earlier.describe()}"
-                                f" was accepted although its dispatcher was declared dead at"
-                                f" {dead:.3f}; the rerun is {later.describe()}",
+                                f" {x.describe()} was accepted although its dispatcher was"
+                                f" declared dead at {td:.3f}; the other run is {y.describe()}",
                             )
                         )
                     else:
@@ -349,7 +395,7 @@ def check(
     events: list[dict],
     last_alive: dict[int, float],
     kills: list[tuple[int, float]],
-    declared_dead: dict[int, float],
+    declared_dead: dict[int, float | list[float]],
     history: list[dict],
     rows: list[dict],
     enqueued: list[int],
@@ -360,7 +406,11 @@ def check(
 ) -> Verdict:
     notes: dict[str, int] = defaultdict(int)
     runs = build_runs(events, last_alive)
-    v = check_overlaps(runs, kills, declared_dead, notes)
+    dead = {
+        did: sorted(ts) if isinstance(ts, list | tuple) else [ts]
+        for did, ts in declared_dead.items()
+    }
+    v = check_overlaps(runs, kills, dead, notes, claim_times(history))
     v += check_double_commits(history, events)
     v += check_rows(rows, enqueued, now, live_dids)
     if stage_stats is not None:

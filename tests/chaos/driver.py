@@ -781,7 +781,7 @@ QUEUE_LIMIT = 2
             lambda c: c.execute("SELECT did, t, query FROM public.chaos_deleted").fetchall()
         ):
             if "reset_orphans" in (query or ""):
-                dead[did] = min(t, dead.get(did, t))
+                dead.setdefault(did, []).append(t)
         rows = [
             {"id": i, "stage": s, "status": st, "timeout": to, "dispatcher_id": d}
             for i, s, st, to, d in self.admin_retry(
@@ -791,6 +791,18 @@ QUEUE_LIMIT = 2
                 ).fetchall()
             )
         ]
+        (self.base / "evidence.json").write_text(
+            json.dumps(
+                {
+                    "kills": self.kills,
+                    "last_alive": watcher.dead,
+                    "declared_dead": dead,
+                    "enqueued": self.enqueued,
+                    "before": before,
+                    "after": after,
+                }
+            )
+        )
         verdict = checker.check(
             events=events,
             last_alive=watcher.dead,

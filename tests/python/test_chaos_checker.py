@@ -197,3 +197,35 @@ def test_stats_tail_exact():
     # a crash counted in a fault-free tail
     after_crash = {**after, "global": {**after["global"], "crashes": 1}}
     assert kinds(verdict(tail=(before, after_crash, tail))) == {"stats": 1}
+
+
+def test_dead_dispatchers_worker_starting_after_the_rerun_is_allowed_when_fenced():
+    # Seen in the soak: dispatcher 68 claimed the row, was declared dead while
+    # partitioned, 69 reran it; 68's worker took the id from its pipe later still.
+    events = run(103, "b", 20, 39.25, 40.5, did=69) + run(
+        103, "b", 21, 39.55, 43.6, did=68, ret=False
+    )
+    history = [
+        upd(103, "b", "b", old_status="pending", new_status="running", t=33.5),
+        upd(103, "b", "b", new_status="pending", t=37.8, did=68),
+        upd(103, "b", "b", old_status="pending", new_status="running", t=39.1),
+        upd(103, "b", "c", t=40.4, did=69),
+    ]
+    history[0]["new_did"] = 68
+    history[2]["new_did"] = 69
+    v = verdict(events, dead={68: [37.8]}, history=history)
+    assert v.ok, v.violations
+    # had its write gone through, it is a violation
+    events2 = run(103, "b", 20, 39.25, 40.5, did=69, ret=False)
+    events2 += run(103, "b", 21, 39.55, 43.6, did=68, ret=True)
+    v = verdict(events2, dead={68: [37.8]}, history=history)
+    assert "overlap" in kinds(v)
+
+
+def test_declared_dead_before_it_claimed_the_row_is_no_excuse():
+    # 171 was declared dead at 56, re-registered, claimed the row at 60: it held it legitimately.
+    events = run(7, "b", 20, 60.5, 61.0, did=171, ret=False) + run(7, "b", 21, 60.7, 61.5, did=172)
+    history = [upd(7, "b", "b", old_status="pending", new_status="running", t=60.4)]
+    history[0]["new_did"] = 171
+    v = verdict(events, dead={171: [56.0]}, history=history)
+    assert kinds(v) == {"overlap": 1}
