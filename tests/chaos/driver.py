@@ -316,7 +316,7 @@ class Soak:
         self.enqueue_on = threading.Event()
         self.stop_all = threading.Event()
         self.pending_actions: list[tuple[float, str, object]] = []
-        self.parallelism = {"a": 2, "b": 2, "c": 2}
+        self.parallelism = {"a": 2, "b": 3, "c": 2}
         self.bad_file = False
         self.notes: list[str] = []
 
@@ -433,9 +433,13 @@ QUEUE_LIMIT = 2
             r.exits.append(rc)
             self.table["dispatcher exits"][f"exit {rc}"] += 1
             if rc not in (0, -9) and not r.expect_exit:
+                last = ""
+                for line in (self.base / f"dispatcher-{r.slot}.log").read_text().splitlines():
+                    if "error" in line.lower():
+                        last = line
                 self.notes.append(
-                    f"dispatcher slot {r.slot} pid {r.proc.pid} exited {rc} unexpectedly"
-                    f" (see dispatcher-{r.slot}.log)"
+                    f"dispatcher slot {r.slot} pid {r.proc.pid} exited {rc} without a fault"
+                    f" asking it to: {last[-200:] or '(no error line)'}"
                 )
             r.proc = None
             r.restart_at = now + 1.0
@@ -470,7 +474,7 @@ QUEUE_LIMIT = 2
             try:
                 if conn is None:
                     conn = self.admin()
-                n = self.rng_load.randint(1, 4)
+                n = self.rng_load.randint(1, 3)
                 for _ in range(n):
                     x = self.rng_load.random()
                     payload = {"fail": True} if x < 0.03 else {"pause": True} if x < 0.08 else {}
@@ -481,7 +485,7 @@ QUEUE_LIMIT = 2
             except psycopg.Error:
                 conn = None
                 time.sleep(0.5)
-            time.sleep(self.rng_load.uniform(0.3, 1.2))
+            time.sleep(self.rng_load.uniform(0.5, 1.5))
 
     # ---- faults
     def worker_pids(self, r: Replica) -> list[int]:
@@ -728,9 +732,9 @@ QUEUE_LIMIT = 2
         self.run_actions(all_now=True)
         for p in self.proxies:
             p.heal()
-        quiet = self.wait_quiet(120)
+        quiet = self.wait_quiet(180)
         if not quiet:
-            self.notes.append(f"not quiet 120 s after the faults stopped: {self.queue_counts()}")
+            self.notes.append(f"not quiet 180 s after the faults stopped: {self.queue_counts()}")
         say(f"quiet: {quiet} {self.queue_counts()}; clean stop")
         return self.tail_and_check()
 
