@@ -135,18 +135,19 @@ class Failover(Soak):
             f" ({t_promoted - t_stopped:.2f} s); in flight at the switch: {inflight}"
         )
         self.table["faults"]["failover (stop primary, promote standby)"] += 1
-        resumed = None
+        resumed = claimed = None
         while time.time() < t_switch + self.seconds / 2 + 60:
             self.supervise()
             try:
                 with self.admin() as conn:
                     row = conn.execute(
-                        "SELECT min(t) FROM public.chaos_history"
-                        " WHERE t > %s AND old_status = 'running'",
+                        "SELECT min(t) FILTER (WHERE old_status = 'running'),"
+                        " min(t) FILTER (WHERE new_status = 'running')"
+                        " FROM public.chaos_history WHERE t > %s",
                         (t_promoted,),
                     ).fetchone()
-                if row and row[0]:
-                    resumed = row[0]
+                if row and row[0] and row[1]:
+                    resumed, claimed = row
                     if time.time() > t_switch + self.seconds / 2:
                         break
             except psycopg.OperationalError:
@@ -164,14 +165,13 @@ class Failover(Soak):
             self.notes.append(
                 f"time to resume: {resumed - t_switch:.2f} s from stopping the primary to the"
                 f" first transition committed on the new primary ({resumed - t_promoted:.2f} s"
-                " after the promotion)"
+                f" after the promotion); first claim by the dispatcher: {claimed - t_switch:.2f} s"
             )
         if not quiet:
             self.notes.append(f"not quiet 120 s after the load stopped: {self.queue_counts()}")
         # The fault-free tail and the checks run against the new primary.
         self.cluster, self.old_primary = self.standby, self.cluster
-        self.resumed = None if resumed is None else resumed - t_switch
-        self.inflight = inflight
+        say(self.notes[-1])
         return self.tail_and_check()
 
     def cleanup(self, keep: bool) -> None:
