@@ -319,6 +319,7 @@ class Soak:
         self.parallelism = {"a": 2, "b": 3, "c": 2}
         self.bad_file = False
         self.notes: list[str] = []
+        self.extra: list[checker.Violation] = []  # liveness failures seen by the driver
 
     # ---- set-up
     def write_conf(self, bad: bool = False) -> None:
@@ -734,7 +735,11 @@ QUEUE_LIMIT = 2
             p.heal()
         quiet = self.wait_quiet(180)
         if not quiet:
-            self.notes.append(f"not quiet 180 s after the faults stopped: {self.queue_counts()}")
+            self.extra.append(
+                checker.Violation(
+                    "stuck", f"not quiet 180 s after the faults stopped: {self.queue_counts()}"
+                )
+            )
         say(f"quiet: {quiet} {self.queue_counts()}; clean stop")
         return self.tail_and_check()
 
@@ -748,7 +753,12 @@ QUEUE_LIMIT = 2
             ).fetchone()[0]
         )
         if stranded_after_stop:
-            self.notes.append(f"{stranded_after_stop} row(s) running after a clean stop")
+            self.extra.append(
+                checker.Violation(
+                    "stranded",
+                    f"{stranded_after_stop} row(s) running after every dispatcher stopped cleanly",
+                )
+            )
         # The fault-free tail: exact stats between two clean stops.
         before = self.stats()
         hist_n = self.admin_retry(
@@ -763,7 +773,11 @@ QUEUE_LIMIT = 2
                 self.enqueued.append(c.execute("SELECT pepsi.enqueue('a')").fetchone()[0])
         tail_quiet = self.wait_quiet(90)
         if not tail_quiet:
-            self.notes.append(f"fault-free tail not done in 90 s: {self.queue_counts()}")
+            self.extra.append(
+                checker.Violation(
+                    "stuck", f"fault-free tail not done in 90 s: {self.queue_counts()}"
+                )
+            )
         self.stop_replicas()
         after = self.stats()
         time.sleep(0.5)
@@ -820,6 +834,7 @@ QUEUE_LIMIT = 2
             stage_stats=after["stages"],
             tail=(before, after, tail_history),
         )
+        verdict.violations[:0] = self.extra
         self.report(verdict, rows, events)
         return verdict
 

@@ -35,6 +35,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import checker  # noqa: E402
 from driver import HISTORY_SQL, Cluster, Soak, migrate, say  # noqa: E402
 
 
@@ -168,7 +169,11 @@ class Failover(Soak):
                 f" after the promotion); first claim by the dispatcher: {claimed - t_switch:.2f} s"
             )
         if not quiet:
-            self.notes.append(f"not quiet 120 s after the load stopped: {self.queue_counts()}")
+            self.extra.append(
+                checker.Violation(
+                    "stuck", f"not quiet 120 s after the load stopped: {self.queue_counts()}"
+                )
+            )
         # The fault-free tail and the checks run against the new primary.
         self.cluster, self.old_primary = self.standby, self.cluster
         say(self.notes[-1])
