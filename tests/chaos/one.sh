@@ -9,8 +9,13 @@ log="$CHAOS_LOG/$stage-$$.jsonl"
 emit() { printf '{"ev":"%s","id":%s,"stage":"%s","pid":%s,"did":%s,"t":%s%s}\n' \
     "$1" "$id" "$stage" "$$" "$did" "${EPOCHREALTIME/,/.}" "$2" >>"$log"; }
 emit start ""
-# Mostly short; one message in twenty takes 2-4 s, long enough to outlive a dispatcher restart.
-if [ $((RANDOM % 20)) = 0 ]; then sleep "$((RANDOM % 3 + 2))"; else sleep "0.$((RANDOM % 5 + 1))"; fi
+# Mostly short; CHAOS_B_SLOW_PCT % (default 5) take 2-4 s, long enough to outlive a
+# dispatcher restart.
+if [ $((RANDOM % 100)) -lt "${CHAOS_B_SLOW_PCT:-5}" ]; then
+    sleep "$((RANDOM % 3 + 2))"
+else
+    sleep "0.$((RANDOM % 5 + 1))"
+fi
 # psql exits 2 when it cannot connect or loses the connection: retry a few times (a
 # PostgreSQL restart or failover), as a stage program should; a lost commit shows as "f".
 for try in 1 2 3 4 5 6 7 8 9 10; do
