@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { echo "$$out" >&2; exit 1; };
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
-.PHONY: help system-deps install db demo test test-sql test-python lint bench stop-db clean
+.PHONY: help system-deps install db demo test test-sql test-python lint bench stop-db clean chaos failover
 
 help:
 	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
@@ -18,6 +18,8 @@ help:
 	@echo "make test      pg_prove tests/sql + pytest tests/python"
 	@echo "make bench     throughput/latency benchmark"
 	@echo "make lint      ruff"
+	@echo "make chaos     randomized fault soak, both modes (CHAOS_SECONDS=300 per mode, CHAOS_SEED, CHAOS_FAULTS)"
+	@echo "make failover  primary + synchronous hot standby; promote under load (tests/chaos/failover.py)"
 
 # System packages: PostgreSQL server, pgTAP and pg_prove, and headless Chromium with its
 # driver for the dashboard's browser test. Installed when missing and running as root
@@ -73,6 +75,13 @@ test-python: install system-deps
 lint: install
 	$(VENV)/bin/ruff check pepsi_dispatch tests migrations scripts examples
 	$(VENV)/bin/ruff format --check pepsi_dispatch tests migrations scripts examples
+
+# The fault soak of issue 8 (tests/chaos/driver.py): prints its seed first; CHAOS_SEED replays.
+chaos: install system-deps
+	$(PY) tests/chaos/driver.py
+
+failover: install system-deps
+	$(PY) tests/chaos/failover.py
 
 bench: install system-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_bench)}"; \
