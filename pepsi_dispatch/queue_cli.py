@@ -30,6 +30,7 @@ import psycopg
 
 from pepsi_dispatch import __version__
 from pepsi_dispatch.clirun import config_option, run_click
+from pepsi_dispatch.migrate import migrate_command
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -206,6 +207,10 @@ def purge(obj: _Ctx, statuses: tuple[str, ...], stage: str | None, older_than: s
     )
     n = int(row[0]) if row else 0
     click.echo(f"purged {n} message(s)")
+
+
+# migrate lives in its own module (alembic is imported only when it runs).
+cli.add_command(migrate_command)
 
 
 def _report(message: str) -> None:
