@@ -205,6 +205,13 @@ def _optional_str_opt(text: str) -> str | None:
     return text.strip() or None
 
 
+def _log_format_opt(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("text", "json"):
+        raise _Bad("must be text or json")
+    return value
+
+
 def _next_opt(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for name in text.split():
@@ -232,6 +239,7 @@ class StageConfig:
     queue_limit: int = 4
     max_messages: int = 1000
     max_retries: int = 10
+    worker_dsn: str | None = None  # WORKER_DSN: PEPSI_DSN of its workers (None: global)
 
 
 @dataclass(frozen=True)
@@ -250,6 +258,8 @@ class DispatchConfig:
     competing: bool = False
     orphan_timeout: float = 300.0
     retention: float = 7 * 86400.0  # 0 = keep done rows
+    worker_dsn: str | None = None  # WORKER_DSN: PEPSI_DSN of workers (None: the DSN)
+    log_format: str = "text"  # LOG_FORMAT: text | json
 
 
 @dataclass(frozen=True)
@@ -280,6 +290,8 @@ _DISPATCH_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "COMPETING": ("competing", _bool_value),
     "ORPHAN_TIMEOUT": ("orphan_timeout", _time_opt(False)),
     "RETENTION": ("retention", _time_opt(True)),
+    "WORKER_DSN": ("worker_dsn", _optional_str_opt),
+    "LOG_FORMAT": ("log_format", _log_format_opt),
 }
 _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PROGRAM": ("program", _str_opt),
@@ -288,6 +300,7 @@ _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "QUEUE_LIMIT": ("queue_limit", _int_opt(1)),
     "MAX_MESSAGES": ("max_messages", _int_opt(1)),
     "MAX_RETRIES": ("max_retries", _int_opt(0)),
+    "WORKER_DSN": ("worker_dsn", _optional_str_opt),
 }
 _DATABASE_OPTIONS = ("DSN",)
 _KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")

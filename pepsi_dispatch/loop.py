@@ -36,9 +36,11 @@ from psycopg import errors as pgerrors
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
+from .failwatch import FailureWatch
 from .pool import StagePool, worker_env
 from .process import Worker, describe_exit
-from .protocol import FAILED, OK, parse_answer
+from .protocol import EXIT_NO_STAGE, FAILED, OK, parse_answer
+from .sdnotify import Watchdog, notify
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -148,6 +150,9 @@ class Dispatcher:
         if self.dc.competing:
             self.heartbeat_interval = min(self.heartbeat_interval, self.dc.orphan_timeout / 3)
         self.heartbeat_interval = max(self.heartbeat_interval, 0.05)
+        #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
+        self.failwatch = FailureWatch(self.dc.stats_interval, time.monotonic())
+        self.watchdog = Watchdog()
 
     # == start-up ================================================================
     def start(self) -> None:
@@ -255,6 +260,7 @@ class Dispatcher:
         self._install_signals()
         try:
             self.start()
+            notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
             now = time.monotonic()
             self.next_heartbeat = now + self.heartbeat_interval
             self.requeue_at = now
@@ -336,7 +342,7 @@ class Dispatcher:
                 t = min(t, self.last_flush + self.dc.stats_interval)
         else:
             t = min(t, self.reconnect_at)
-        t = min(t, self.shutdown_deadline)
+        t = min(t, self.shutdown_deadline, self.watchdog.due())
         idle_timeout = self.dc.worker_idle_timeout
         busy = False
         for pool in self.pools.values():
@@ -433,6 +439,7 @@ class Dispatcher:
             w.answered += 1
             if line == b"0":  # the hot path
                 self.answered.append(wid)
+                self.failwatch.succeeded.add(w.stage)
                 stats.succeeded(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
@@ -440,11 +447,13 @@ class Dispatcher:
             answer = parse_answer(line)
             if answer.kind == OK:
                 self.answered.append(wid)
+                self.failwatch.ok(w.stage)
                 stats.succeeded(w.stage, seconds, answer.fused)
                 if debug:
                     log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             elif answer.kind == FAILED:
                 self.errors.append((wid, "failed", answer.text))
+                self.failwatch.failed(w.stage, answer.text)
                 stats.failed(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
@@ -501,7 +510,14 @@ class Dispatcher:
 
     # == workers =================================================================
     def _spawn(self, pool: StagePool) -> Worker | None:
-        env = worker_env(os.environ, pool.name, self.config.dsn, self.dispatcher_id)
+        env = worker_env(
+            os.environ,
+            pool.name,
+            self.config.dsn,
+            self.dispatcher_id,
+            self.config.path,
+            pool.config.worker_dsn or self.dc.worker_dsn,
+        )
         now = time.monotonic()
         try:
             w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
@@ -585,7 +601,27 @@ class Dispatcher:
         w.inflight.clear()
         expected = w.stopping or self.shutting_down
         cooled = False
-        if (ids or undelivered) and not w.killed and not self.shutting_down and not started:
+        if rc == EXIT_NO_STAGE and not w.killed and not self.shutting_down:
+            # The worker did not find its stage in its configuration and touched
+            # nothing (worker SDK): no failure, the stage waits for a fixed config.
+            self.to_release.extend(ids)
+            if pool is not None:
+                if now >= pool.cooldown_until:
+                    log.error(
+                        "stage %s: worker pid %d found no stage %s in its configuration"
+                        " (exit %d); fix PROGRAM or give it this dispatcher's file (%s:"
+                        " PEPSI_CONFIG, or CONFIG_FILE in [pepsi-dispatch]); %d message(s)"
+                        " stay pending",
+                        w.stage,
+                        w.pid,
+                        w.stage,
+                        rc,
+                        self.config.path or "none loaded",
+                        len(ids) + len(undelivered),
+                    )
+                pool.start_cooldown(now, f"worker pid {w.pid} does not know stage {w.stage}")
+                cooled = True
+        elif (ids or undelivered) and not w.killed and not self.shutting_down and not started:
             # It died before reading any input (a PROGRAM that exits at once:
             # bad arguments, a missing library): its head-of-line message never
             # started, so nothing fails -- otherwise a broken PROGRAM would slowly
@@ -603,6 +639,7 @@ class Dispatcher:
             head, rest = ids[0], ids[1:]
             reason = describe_exit(rc)
             self.errors.append((head, "failed", reason))
+            self.failwatch.failed(w.stage, reason)
             self.stats.crashed(w.stage, now - w.head_since)
             self.to_release.extend(rest)
             log.warning(
@@ -655,6 +692,8 @@ class Dispatcher:
 
     def _timers(self, now: float) -> None:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
+        self.watchdog.tick(now)
+        self.failwatch.check(now)
         if not self.db_ok and now >= self.reconnect_at:
             self._reconnect(now)
         if (
@@ -1211,6 +1250,7 @@ class Dispatcher:
         if self.shutting_down:
             return
         self.shutting_down = True
+        notify("STOPPING=1")
         self.shutdown_deadline = now + self.dc.shutdown_timeout
         workers = self._all_workers()
         log.info(

@@ -65,6 +65,8 @@ import psycopg
 from psycopg import pq
 from psycopg.types.json import Jsonb
 
+from pepsi_dispatch.protocol import EXIT_NO_STAGE
+
 __all__ = [
     "Advance",
     "Fail",
@@ -851,7 +853,9 @@ def run(
         argv: command line (default ``sys.argv[1:]``): ``[-c CONFIG] worker``.
 
     Exit status: 0 after EOF or SIGTERM/SIGINT, 2 for usage or configuration
-    errors, 1 when the database connection fails.
+    errors, 78 (EX_CONFIG) when ``$PEPSI_STAGE`` is not a stage of the
+    configuration found (no message is touched), 1 when the database
+    connection fails.
     """
     sys.exit(_main(handlers, group_commit, sys.argv[1:] if argv is None else argv))
 
@@ -907,6 +911,13 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
                 "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
                 " schema; run 'alembic upgrade head' with PEPSI_DSN set"
             )
+        if successors is None or stage not in successors:
+            # Every message would fail on its transition: touch none of them.
+            _fail_start(
+                f"stage {stage} is not in the configuration ({config_name}); start the"
+                " worker with the dispatcher's file (PEPSI_CONFIG or -c)"
+            )
+            return EXIT_NO_STAGE
         worker = _Worker(
             handlers,
             stage,
