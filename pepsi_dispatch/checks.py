@@ -213,6 +213,13 @@ def _function_grants(conn, names: Iterable[str]) -> list[str]:
     return [n for n in names if n not in allowed]
 
 
+MIGRATE_HINT = "run 'pepsi-queue migrate'"
+
+
+def _has_pepsi_schema(conn) -> bool:
+    return conn.execute("SELECT to_regnamespace('pepsi') IS NOT NULL").fetchone()[0]
+
+
 def database_checks(
     dsn: str, head: str | None, connect: Callable[[str], object] | None = None
 ) -> list[Check]:
@@ -230,21 +237,28 @@ def database_checks(
         out.append(Check("database", True, f"connected to {db} as {user}"))
         from pepsi_dispatch.migrate import current_revision
 
-        current = current_revision(conn)
-        if current is None:
-            out.append(Check("schema", False, f"{db} is not migrated; run 'pepsi-queue migrate'"))
-            return out
-        if head is not None and current != head:
-            out.append(
-                Check(
-                    "schema",
-                    False,
-                    f"{db} is at revision {current}, this pepsi-dispatch needs {head};"
-                    " run 'pepsi-queue migrate'",
-                )
-            )
+        try:
+            current = current_revision(conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            reason = exc.diag.message_primary or str(exc)
+            current = None
+            out.append(Check("schema", False, f"cannot read its version as {user}: {reason}"))
         else:
-            out.append(Check("schema", True, f"at revision {current} (head)"))
+            if current is None:
+                out.append(Check("schema", False, f"{db} is not migrated; {MIGRATE_HINT}"))
+            elif head is not None and current != head:
+                out.append(
+                    Check(
+                        "schema",
+                        False,
+                        f"{db} is at revision {current}, this pepsi-dispatch needs {head};"
+                        f" {MIGRATE_HINT}",
+                    )
+                )
+            else:
+                out.append(Check("schema", True, f"at revision {current} (head)"))
+        if current is None and not _has_pepsi_schema(conn):
+            return out
         (usage,) = conn.execute("SELECT has_schema_privilege('pepsi', 'USAGE')").fetchone()
         missing = _function_grants(conn, DISPATCHER_FUNCTIONS)
         if not usage or missing:
