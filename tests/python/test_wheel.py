@@ -167,6 +167,9 @@ def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> No
     assert where[0].startswith(str(top / "venv")), where  # the wheel, not the checkout
     assert where[1].endswith("pepsi_dispatch/_data"), where
 
+    for page in ("man1/pepsi-dispatch.1", "man1/pepsi-queue.1", "man5/pepsi.conf.5"):
+        assert (top / "venv" / "share" / "man" / page).is_file(), page
+
     # The schema from the installed package alone, into an empty database.
     ddl = sh([str(bin_ / "pepsi-queue"), "migrate", "--sql"], app, env).stdout
     assert "CREATE TABLE pepsi.workqueue" in ddl
