@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from .checks import program_problem
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
@@ -524,8 +525,10 @@ class Dispatcher:
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
+            # The exact cause (an interpreter, not the script, may be at fault).
+            why = program_problem(pool.config.program) or exc
             pool.start_cooldown(
-                now, f"cannot start PROGRAM {pool.config.program!r}: {exc} (rows stay pending)"
+                now, f"cannot start PROGRAM {pool.config.program!r}: {why} (rows stay pending)"
             )
             return None
         pool.workers.append(w)
