@@ -163,11 +163,21 @@ def write_program(path: Path, text: str, mode: int = 0o755) -> str:
     return str(path)
 
 
+def venv(path: Path, python: str) -> Path:
+    subprocess.run([python, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
+    return path / "bin" / "python"
+
+
 def bad_programs(world: Path) -> tuple[Path, dict[str, str]]:
     root_python = os.path.realpath(sys._base_executable)  # under /root (0700) here
+    # A venv anyone can reach whose python is a link into /root, and one made
+    # from the system's python, which the service user can run.
+    root_venv = venv(world / "root-venv", root_python)
+    good_venv = venv(world / "venv", "/usr/bin/python3")
     progs = {
         "good": write_program(world / "good.sh", "#!/bin/sh\nexit 0\n"),
-        "venv": write_program(world / "stages.py", f"#!{root_python}\nprint(1)\n"),
+        "goodvenv": write_program(world / "ok.py", f"#!{good_venv}\nprint(1)\n"),
+        "venv": write_program(world / "stages.py", f"#!{root_venv}\nprint(1)\n"),
         "missing": str(world / "missing"),
         "noexec": write_program(world / "noexec.sh", "#!/bin/sh\n", 0o644),
         "nopath": "no-such-program-anywhere --flag",
@@ -202,10 +212,12 @@ def test_check_names_each_program_problem_as_the_service_user(world_dir: Path) -
     out = r.stdout
     assert "ok   service user: running as nobody" in out
     assert f"ok   stage good: PROGRAM {progs['good']} runnable by nobody" in out
+    assert f"ok   stage goodvenv: PROGRAM {progs['goodvenv']} runnable by nobody" in out
     root_python = os.path.realpath(sys._base_executable)
     assert (
-        f"FAIL stage venv: interpreter {root_python} of PROGRAM {progs['venv']} (its #! line)"
-        " is not executable by nobody: directory /root is not searchable by nobody"
+        f"FAIL stage venv: interpreter {world_dir}/root-venv/bin/python of PROGRAM"
+        f" {progs['venv']} (its #! line) is not executable by nobody: directory /root is not"
+        f" searchable by nobody (it resolves to {root_python})"
     ) in out, out
     assert f"FAIL stage missing: PROGRAM {progs['missing']} does not exist" in out
     assert (
