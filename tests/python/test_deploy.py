@@ -110,7 +110,10 @@ def test_worker_dsn_runs_the_pipeline_as_a_stage_role(h: Harness, stage_logins: 
     role_a, role_all = stage_logins
     dsn_a = make_conninfo(h.dsn, user=role_a, password="w")
     dsn_all = make_conninfo(h.dsn, user=role_all, password="w")
-    conf = two_stages(h, stage_a={"WORKER_DSN": dsn_a}, WORKER_DSN=dsn_all)
+    # Idle workers stay (and stay connected) while the test looks at them.
+    conf = two_stages(
+        h, stage_a={"WORKER_DSN": dsn_a}, WORKER_DSN=dsn_all, WORKER_IDLE_TIMEOUT="60 s"
+    )
     d = h.start(conf, env={"PGPASSWORD": "dispatcher-secret", "PGPASSFILE": "/nonexistent"})
     h.enqueue("a", [PLAIN] * 30)
     assert h.wait_all(timeout=60) == {"done": 30}
