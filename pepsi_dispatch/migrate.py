@@ -125,6 +125,8 @@ def migrate_command(obj, to: str, sql: bool) -> None:
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    # Each step ("Running upgrade 0007 -> 0008, ..."), not alembic's other chatter.
+    handler.addFilter(lambda record: record.getMessage().startswith("Running "))
     alembic_log = logging.getLogger("alembic")
     alembic_log.addHandler(handler)
     alembic_log.setLevel(logging.INFO)

@@ -373,3 +373,42 @@ def test_journald_lines_carry_priority_not_timestamp(tmp_path: Path) -> None:
         )
     first = out.read_text().splitlines()[0]
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d ERROR ", first), first
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+def test_migrate_up_down_and_errors(empty_dsn: str, tmp_path: Path) -> None:
+    queue = DISPATCH.with_name("pepsi-queue")
+    env = {k: v for k, v in os.environ.items() if k != "PEPSI_CONFIG"}
+    env.update(PEPSI_DSN=empty_dsn, HOME=str(tmp_path))
+
+    def migrate(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(queue), "migrate", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def version() -> str:
+        with psycopg.connect(empty_dsn) as conn:
+            return conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+
+    r = migrate("--to", "0005")
+    assert r.returncode == 0 and version() == "0005", r.stderr
+    assert r.stderr.splitlines()[0].startswith("Running upgrade  -> 0001, "), r.stderr
+    r = migrate()
+    assert r.returncode == 0, r.stderr
+    head = r.stderr.splitlines()[-1].removeprefix("schema at ")
+    assert version() == head
+    r = migrate("--to", "0005")  # older than the database: a downgrade
+    assert r.returncode == 0 and version() == "0005", r.stderr
+    assert "Running downgrade" in r.stderr
+    r = migrate("--to", "nonsense")
+    assert r.returncode == 2
+    assert (
+        r.stderr == "pepsi-queue: error: migrate: Can't locate revision identified by 'nonsense'\n"
+    )
