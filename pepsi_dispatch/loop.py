@@ -35,9 +35,11 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from . import gauges
+from .checks import program_problem
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import CONNECTION_LOST, DELAYED, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
+from .failwatch import FailureWatch
 from .pool import StagePool, worker_env
 from .privileges import check_access, config_files, log_files
 from .process import (
@@ -50,6 +52,7 @@ from .process import (
     reap_orphans,
 )
 from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
+from .sdnotify import Watchdog, notify
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -184,6 +187,9 @@ class Dispatcher:
         if self.dc.competing:
             self.heartbeat_interval = min(self.heartbeat_interval, self.dc.orphan_timeout / 3)
         self.heartbeat_interval = max(self.heartbeat_interval, 0.05)
+        #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
+        self.failwatch = FailureWatch(self.dc.stats_interval, time.monotonic())
+        self.watchdog = Watchdog()
 
     # == start-up ================================================================
     def start(self) -> None:
@@ -314,6 +320,7 @@ class Dispatcher:
             log.debug("cannot become a child subreaper; escaped grandchildren go to init")
         try:
             self.start()
+            notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
             now = time.monotonic()
             self.next_heartbeat = now + self.heartbeat_interval
             self.requeue_at = now
@@ -395,7 +402,7 @@ class Dispatcher:
                 t = min(t, self.last_flush + self.dc.stats_interval)
         else:
             t = min(t, self.reconnect_at)
-        t = min(t, self.shutdown_deadline)
+        t = min(t, self.shutdown_deadline, self.watchdog.due())
         idle_timeout = self.dc.worker_idle_timeout
         busy = False
         for pool in self.pools.values():
@@ -516,6 +523,7 @@ class Dispatcher:
             if line == b"0":  # the hot path
                 self.answered.append(wid)
                 answered_at[wid] = w.stage
+                self.failwatch.succeeded.add(w.stage)
                 stats.succeeded(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
@@ -529,11 +537,13 @@ class Dispatcher:
                 self.answered.append(wid)
                 fused = self._fused_allowed(w, answer.fused)
                 answered_at[wid] = fused[-1] if fused else w.stage
+                self.failwatch.ok(w.stage)
                 stats.succeeded(w.stage, seconds, fused)
                 if debug:
                     log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             elif answer.kind == FAILED:
                 self.errors.append((wid, "failed", answer.text))
+                self.failwatch.failed(w.stage, answer.text)
                 stats.failed(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
@@ -618,15 +628,24 @@ class Dispatcher:
 
     # == workers =================================================================
     def _spawn(self, pool: StagePool) -> Worker | None:
-        env = worker_env(os.environ, pool.name, self.config.dsn, self.dispatcher_id)
+        env = worker_env(
+            os.environ,
+            pool.name,
+            self.config.dsn,
+            self.dispatcher_id,
+            self.config.path,
+            pool.config.worker_dsn or self.dc.worker_dsn,
+        )
         now = time.monotonic()
         try:
             w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
+            # The exact cause (an interpreter, not the script, may be at fault).
+            why = program_problem(pool.config.program) or exc
             pool.start_cooldown(
-                now, f"cannot start PROGRAM {pool.config.program!r}: {exc} (rows stay pending)"
+                now, f"cannot start PROGRAM {pool.config.program!r}: {why} (rows stay pending)"
             )
             return None
         pool.workers.append(w)
@@ -747,6 +766,7 @@ class Dispatcher:
             head, rest = ids[0], ids[1:]
             reason = describe_exit(rc)
             self.errors.append((head, "failed", reason))
+            self.failwatch.failed(w.stage, reason)
             self.stats.crashed(w.stage, now - w.head_since)
             self.to_release.extend(rest)
             log.warning(
@@ -769,6 +789,25 @@ class Dispatcher:
                     f"worker pid {w.pid} {exit_text} before reading its input"
                     f" ({len(ids) + n_undelivered} message(s) stay pending)",
                 )
+                cooled = True
+        elif kind is ExitKind.NO_STAGE:
+            # The worker did not find its stage in its configuration and touched
+            # nothing (worker SDK): no failure, the stage waits for a fixed config.
+            if pool is not None:
+                if now >= pool.cooldown_until:
+                    log.error(
+                        "stage %s: worker pid %d found no stage %s in its configuration"
+                        " (exit %d); fix PROGRAM or give it this dispatcher's file (%s:"
+                        " PEPSI_CONFIG, or CONFIG_FILE in [pepsi-dispatch]); %d message(s)"
+                        " stay pending",
+                        w.stage,
+                        w.pid,
+                        w.stage,
+                        rc,
+                        self.config.path or "none loaded",
+                        len(ids) + n_undelivered,
+                    )
+                pool.start_cooldown(now, f"worker pid {w.pid} does not know stage {w.stage}")
                 cooled = True
         elif kind is ExitKind.TEMPFAIL:
             # "I could not reach the database; nothing I held is done."
@@ -828,6 +867,8 @@ class Dispatcher:
 
     def _timers(self, now: float) -> None:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
+        self.watchdog.tick(now)
+        self.failwatch.check(now)
         if not self.db_ok and now >= self.reconnect_at:
             self._reconnect(now)
         if self.db_ok and now >= self.next_heartbeat and now >= self.db_hold_until:
@@ -1651,6 +1692,7 @@ class Dispatcher:
         if self.shutting_down:
             return
         self.shutting_down = True
+        notify("STOPPING=1")
         self.shutdown_deadline = now + self.dc.shutdown_timeout
         workers = self._all_workers()
         log.info(

@@ -147,9 +147,33 @@ class StagePool:
         self.cooldown_delay = 0.0
 
 
-def worker_env(base: Mapping[str, str], stage: str, dsn: str, dispatcher_id: int) -> dict[str, str]:
-    """Environment of a worker: ours plus PEPSI_STAGE, PEPSI_DSN, PEPSI_DISPATCHER_ID."""
+#: libpq variables that may carry the dispatcher's password: never passed to a
+#: worker that has a WORKER_DSN of its own.
+PASSWORD_ENV = ("PGPASSWORD", "PGPASSFILE", "PGSERVICE", "PGSERVICEFILE")
+
+
+def worker_env(
+    base: Mapping[str, str],
+    stage: str,
+    dsn: str,
+    dispatcher_id: int,
+    config_path: object = None,
+    worker_dsn: str | None = None,
+) -> dict[str, str]:
+    """Environment of a worker: ours plus PEPSI_STAGE, PEPSI_DSN, PEPSI_DISPATCHER_ID.
+
+    ``PEPSI_CONFIG`` names the file the dispatcher loaded (``config_path``) unless
+    it is set already, so the worker's default search finds the same file. With a
+    ``worker_dsn`` (WORKER_DSN) that is its PEPSI_DSN and the libpq password
+    variables are dropped: the dispatcher's credentials never reach a worker.
+    """
     env = dict(base)
+    if worker_dsn:
+        dsn = worker_dsn
+        for name in PASSWORD_ENV:
+            env.pop(name, None)
+    if config_path is not None and not env.get("PEPSI_CONFIG"):
+        env["PEPSI_CONFIG"] = str(config_path)
     env["PEPSI_STAGE"] = stage
     env["PEPSI_DSN"] = dsn
     env["PEPSI_DISPATCHER_ID"] = str(dispatcher_id)

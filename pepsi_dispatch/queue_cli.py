@@ -43,6 +43,7 @@ import psycopg
 
 from pepsi_dispatch import __version__
 from pepsi_dispatch.clirun import config_option, run_click
+from pepsi_dispatch.migrate import migrate_command
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -572,6 +573,10 @@ def _watch_lines(stages: list[dict[str, Any]], dispatchers: list[dict[str, Any]]
     )
     lines.append("workers: PARALLELISM x QUEUE_LIMIT of each registered stage; running = in flight")
     return lines
+
+
+# migrate lives in its own module (alembic is imported only when it runs).
+cli.add_command(migrate_command)
 
 
 def _report(message: str) -> None:

@@ -69,6 +69,8 @@ import psycopg
 from psycopg import pq
 from psycopg.types.json import Jsonb
 
+from pepsi_dispatch.protocol import EXIT_NO_STAGE
+
 __all__ = [
     "Advance",
     "Fail",
@@ -875,8 +877,9 @@ def run(
 
     Exit status: 0 after EOF or SIGTERM/SIGINT, 2 for usage or configuration
     errors, 75 (EX_TEMPFAIL) when the database cannot be reached (at start, or
-    reconnecting gave up after PEPSI_WORKER_RECONNECT_TIMEOUT), 1 for other
-    fatal errors.
+    reconnecting gave up after PEPSI_WORKER_RECONNECT_TIMEOUT), 78 (EX_CONFIG)
+    when ``$PEPSI_STAGE`` is not a stage of the configuration found (no message
+    is touched), 1 for other fatal errors.
     """
     sys.exit(_main(handlers, group_commit, sys.argv[1:] if argv is None else argv))
 
@@ -935,6 +938,13 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
                 "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
                 " schema; run 'alembic upgrade head' with PEPSI_DSN set"
             )
+        if successors is None or stage not in successors:
+            # Every message would fail on its transition: touch none of them.
+            _fail_start(
+                f"stage {stage} is not in the configuration ({config_name}); start the"
+                " worker with the dispatcher's file (PEPSI_CONFIG or -c)"
+            )
+            return EXIT_NO_STAGE
         worker = _Worker(
             handlers,
             stage,
