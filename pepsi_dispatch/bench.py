@@ -382,11 +382,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the workers N times, interleaved; medians"
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="side by side with graphile-worker, procrastinate, PgQueuer and the pgbench"
+        " commit floor, 1 stage (see pepsi_dispatch.bench_peers); installs them first",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="--peers: interleaved rounds")
+    parser.add_argument("--peers-dir", default=".bench-peers", help="--peers: scratch folder")
+    parser.add_argument("--peers-only", default="", help="--peers: regex of systems to run")
+    parser.add_argument(
+        "--costs", action="store_true", help="--peers: per-message CPU, WAL, commits, fsyncs"
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
         print("bench: PEPSI_DSN is not set; run 'make bench'", file=sys.stderr)
         return 2
+    if args.peers:
+        from pepsi_dispatch import bench_peers
+
+        return bench_peers.main(
+            dsn,
+            args.messages,
+            args.runs,
+            Path(args.peers_dir),
+            args.timeout,
+            args.peers_only,
+            args.costs,
+        )
     workers = args.worker or (["sdk-gc"] if args.group_commit else ["sdk", "sdk-gc", "raw"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         machine_facts(conn)
