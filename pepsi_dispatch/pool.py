@@ -91,14 +91,15 @@ class StagePool:
         """Ids this stage can place right now (what to claim).
 
         Room on live workers plus QUEUE_LIMIT per worker slot still free;
-        slots count only outside a spawn cooldown. This is PARALLELISM ×
+        during a spawn cooldown only slots a warm spare can take count. This is PARALLELISM ×
         QUEUE_LIMIT minus what is in flight, minus what retiring workers and
         MAX_MESSAGES make unusable -- so claimed ids always find a place.
         """
         cap = sum(self.room(w) for w in self.workers)
-        if now >= self.cooldown_until:
-            cap += max(0, self.parallelism - self.holders()) * self.queue_limit
-        return cap
+        slots = max(0, self.parallelism - self.holders())
+        if now < self.cooldown_until:
+            slots = min(slots, len(self.spares))  # a started spare may still take a slot
+        return cap + slots * self.queue_limit
 
     # -- placement ---------------------------------------------------------------
     def place(
