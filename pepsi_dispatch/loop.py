@@ -518,9 +518,10 @@ class Dispatcher:
             )
             return None
         pool.workers.append(w)
-        pool.spawned_at[w.pid] = now
         if spare:
             pool.spares.add(w.pid)
+        else:
+            pool.spawned_at[w.pid] = now
         self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
         self.sel.register(w.stderr_fd, selectors.EVENT_READ, ("err", w))
         log.info(

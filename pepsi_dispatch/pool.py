@@ -157,10 +157,14 @@ class StagePool:
         return None
 
     def answered(self, w: Worker, now: float) -> None:
-        """Note ``w``'s first answer: the start-up time of this stage's workers."""
+        """Note ``w``'s first answer: the start-up time of this stage's workers.
+
+        Only workers handed ids at once count (a spare's first answer also
+        includes its wait); a moving average follows the load of the box.
+        """
         t0 = self.spawned_at.pop(w.pid, None)
         if t0 is not None:
-            self.startup = max(0.9 * self.startup, now - t0) if self.startup else now - t0
+            self.startup = 0.7 * self.startup + 0.3 * (now - t0)
 
     def wants_spare(self, w: Worker, now: float) -> bool:
         """Should a replacement for ``w`` start now, so it is warm when ``w`` drains?
@@ -173,11 +177,11 @@ class StagePool:
             return False
         if now < self.cooldown_until:
             return False
-        left = self.max_messages - w.answered
         if w.sent >= self.max_messages:
             return True
-        if left > self.max_messages // 2 or not w.first_given:
-            return False
+        if w.answered < self.queue_limit or not w.first_given:
+            return False  # too early to tell its rate
+        left = self.max_messages - w.answered
         rate = w.answered / max(1e-3, now - w.first_given)
         return left <= rate * 2 * self.startup + self.queue_limit
 
