@@ -119,6 +119,31 @@ stages = os.environ["PEPSI_BENCH_STAGES"].split(",")
 run({{s: (lambda msg: None) for s in stages}})
 """
 
+FINISH_MANY_WORKER = """#!{python}
+# A batch worker: all ids buffered on stdin finished with one pepsi.finish_many.
+import os
+import psycopg
+
+stage = os.environ["PEPSI_STAGE"]
+did = int(os.environ["PEPSI_DISPATCHER_ID"])
+conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
+fd = 0
+buf = b""
+while True:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        break
+    buf += chunk
+    if b"\\n" not in buf:
+        continue
+    head, _, buf = buf.rpartition(b"\\n")
+    ids = [int(x) for x in head.split()]
+    done = {{r[0] for r in conn.execute(
+        "SELECT * FROM pepsi.finish_many(%s, %s, %s)", (ids, stage, did)
+    )}}
+    os.write(1, b"".join(b"0\\n" if i in done else b"1 not running here\\n" for i in ids))
+"""
+
 PGBENCH_SCRIPT = "\\set id random(1, 1000)\nUPDATE floor SET n = n + 1 WHERE id = :id;\n"
 
 
@@ -454,10 +479,12 @@ def ours(
         tempfile.TemporaryDirectory(prefix="pepsi-bench-") as tmp,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        program = "sdk" if worker == "sdk-default" else worker
+        program = worker if worker in ("sdk", "sdk-gc", "raw") else "sdk"
         setup = bench.Setup(Path(tmp), stages, parallelism, 4, program)
         if worker == "sdk-default":
             setup.program.write_text(SDK_DEFAULT_WORKER.format(python=sys.executable))
+        elif worker == "finish-many":
+            setup.program.write_text(FINISH_MANY_WORKER.format(python=sys.executable))
         lines = [ln for ln in setup.conf.read_text().splitlines()]
         lines = [
             ln
@@ -514,6 +541,11 @@ OURS: dict[str, tuple[str, int, dict[str, str | None]]] = {
     "pepsi-dispatch, throughput settings: raw worker, P4 × Q64": ("raw", 4, _TUNED),
     "pepsi-dispatch, throughput settings: raw worker, P2 × Q256": (
         "raw",
+        2,
+        {"QUEUE_LIMIT": "256", "MAX_MESSAGES": "1000000"},
+    ),
+    "pepsi-dispatch, throughput settings: pepsi.finish_many worker, P2 × Q256": (
+        "finish-many",
         2,
         {"QUEUE_LIMIT": "256", "MAX_MESSAGES": "1000000"},
     ),
