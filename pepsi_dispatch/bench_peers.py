@@ -570,8 +570,15 @@ def main(
 ) -> int:
     """Run the side-by-side bench; print one table (and the cost table with ``costs``)."""
     folder = folder.resolve()
-    peer_names = ("graphile-worker", "procrastinate", "PgQueuer")
-    if not only or any(re.search(only, name) for name in peer_names):
+    peer_labels = (  # what peers() calls them, to match --peers-only against
+        f"graphile-worker {GRAPHILE_VERSION}, default, concurrency 8",
+        f"graphile-worker {GRAPHILE_VERSION}, perf preset, concurrency 8",
+        "procrastinate 3.10, default (concurrency 1)",
+        "procrastinate 3.10, concurrency 8",
+        "PgQueuer 1.6, default (batch 10)",
+        "PgQueuer 1.6, batch 100",
+    )
+    if not only or any(re.search(only, name) for name in peer_labels):
         have = install(folder)
     else:
         have = {}
