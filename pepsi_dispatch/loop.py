@@ -568,6 +568,9 @@ class Dispatcher:
                 break
         if pool is not None and not w.killed:
             pool.success()
+            pool.answered(w, now)
+            if pool.wants_spare(w, now):
+                self._spawn_spare(pool, w)
         self.requeue_dirty = True
         self.claim_needed = True
         if not inflight and not w.killed:
@@ -576,8 +579,10 @@ class Dispatcher:
                 if w.retiring:
                     self._stop_worker(w, now, "retired by a reload")
                 elif pool is not None and w.sent >= pool.max_messages:
-                    # Recycled once drained; a replacement is spawned on demand.
+                    # Recycled once drained: it gives its slot up now, to its warm
+                    # spare if one was started (else a replacement spawns on demand).
                     self._stop_worker(w, now, f"MAX_MESSAGES ({pool.max_messages}) reached")
+                    pool.recycled.add(w.pid)
 
     def _fused_allowed(self, w: Worker, fused: tuple[str, ...]) -> tuple[str, ...]:
         """The stages of ``0 fused=...`` if the graph allows them, else none.
@@ -627,7 +632,7 @@ class Dispatcher:
             pass
 
     # == workers =================================================================
-    def _spawn(self, pool: StagePool) -> Worker | None:
+    def _spawn(self, pool: StagePool, spare: bool = False) -> Worker | None:
         env = worker_env(
             os.environ,
             pool.name,
@@ -649,16 +654,26 @@ class Dispatcher:
             )
             return None
         pool.workers.append(w)
+        if spare:
+            pool.spares.add(w.pid)
+        else:
+            pool.spawned_at[w.pid] = now
         self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
         self.sel.register(w.stderr_fd, selectors.EVENT_READ, ("err", w))
         log.info(
-            "stage %s: worker pid %d started (%d/%d)",
+            "stage %s: worker pid %d started (%d/%d)%s",
             pool.name,
             w.pid,
-            len(pool.workers),
+            pool.holders(),
             pool.parallelism,
+            " as a warm spare (MAX_MESSAGES recycle)" if spare else "",
         )
         return w
+
+    def _spawn_spare(self, pool: StagePool, old: Worker) -> None:
+        """Start ``old``'s replacement now, handed nothing until ``old`` drains."""
+        pool.heirs.add(old.pid)
+        self._spawn(pool, spare=True)
 
     def _stop_worker(self, w: Worker, now: float, why: str) -> None:
         """Ask an idle worker to go: EOF on stdin (it exits 0)."""
@@ -724,6 +739,7 @@ class Dispatcher:
         w.close_fds()
         if pool is not None:
             pool.workers.remove(w)
+            pool.forget(w)
             if pool in self.leftover and not pool.workers:
                 self.leftover.remove(pool)
         ids = list(w.inflight)

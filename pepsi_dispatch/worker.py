@@ -488,11 +488,21 @@ class _Worker:
         outcomes: list[_Outcome] = []
         self._deferred = []
         self._lost_slots = {}
+        ending: BaseException | None = None
         with self.conn.transaction():
             for line, value, row in loaded:
                 self._slot = len(outcomes)
                 scope = _Scope(self.conn, before_push=self._flush)
-                outcome = self._process(line, value, row, scope, group=True)
+                try:
+                    outcome = self._process(line, value, row, scope, group=True)
+                except (SystemExit, KeyboardInterrupt) as exc:
+                    # A handler ends the process (sys.exit): commit and answer the
+                    # messages before it first, so that this one is the head of line
+                    # the dispatcher blames, not the group's first, innocent message.
+                    scope.rollback_to(0)
+                    self._deferred = [d for d in self._deferred if d[2] != self._slot]
+                    ending = exc
+                    break
                 scope.commit()
                 outcomes.append(outcome)
                 if self.stop:
@@ -502,6 +512,8 @@ class _Worker:
             print(f"pepsi worker: {lost}", file=sys.stderr)
             outcomes[slot] = _Outcome(f"1 {_one_line(lost)}", False)
         self._answer([o.answer for o in outcomes])
+        if ending is not None:
+            raise ending
 
     def _flush(self) -> None:
         """Send the deferred statements of the batch in one pipeline; note rows lost."""
