@@ -289,6 +289,7 @@ class Replica:
         self.exits: list[int] = []
         self.starts = 0
         self.expect_exit = False
+        self.started_bad = False  # started while a bad_reload's config was in place
 
 
 # ------------------------------------------------------------------ the soak
@@ -316,8 +317,11 @@ class Soak:
         self.enqueue_on = threading.Event()
         self.stop_all = threading.Event()
         self.pending_actions: list[tuple[float, str, object]] = []
+        #: a bad_reload's bad file or overlay is in place: a dispatcher (re)started
+        #: meanwhile exits 2 by contract (configuration error at start-up).
+        self.conf_bad = False
+        self.overlay_bad = False
         self.parallelism = {"a": 2, "b": 3, "c": 2}
-        self.bad_file = False
         self.notes: list[str] = []
         self.extra: list[checker.Violation] = []  # liveness failures seen by the driver
 
@@ -358,6 +362,7 @@ QUEUE_LIMIT = 2
         tmp = self.conf.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.conf)
+        self.conf_bad = bad
 
     def setup(self) -> None:
         self.cluster.initdb()
@@ -417,6 +422,7 @@ QUEUE_LIMIT = 2
         out.close()
         r.starts += 1
         r.expect_exit = False
+        r.started_bad = self.conf_bad or self.overlay_bad
 
     def supervise(self) -> None:
         now = time.time()
@@ -433,7 +439,7 @@ QUEUE_LIMIT = 2
                 continue
             r.exits.append(rc)
             self.table["dispatcher exits"][f"exit {rc}"] += 1
-            if rc not in (0, -9) and not r.expect_exit:
+            if rc not in (0, -9) and not r.expect_exit and not (rc == 2 and r.started_bad):
                 last = ""
                 for line in (self.base / f"dispatcher-{r.slot}.log").read_text().splitlines():
                     if "error" in line.lower():
@@ -598,6 +604,7 @@ QUEUE_LIMIT = 2
                 )
 
             self.admin_retry(bad, tries=3)
+            self.overlay_bad = True
             self.pending_actions.append((time.time() + 1.5, "restore_overlay", None))
             return "overlay: NEXT of a = nosuch (deleted after 1.5 s)"
         if name == "sigterm_restart":
@@ -626,6 +633,7 @@ QUEUE_LIMIT = 2
                         "DELETE FROM pepsi.config WHERE section = 'stage-a' AND option = 'NEXT'"
                     )
                 )
+                self.overlay_bad = False
         self.pending_actions = keep
 
     # ---- phases
