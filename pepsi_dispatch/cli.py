@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import click
 
-from pepsi_dispatch import __version__
+from pepsi_dispatch import __version__, earlysignals
 from pepsi_dispatch.clirun import config_option, run_click
 from pepsi_dispatch.logsetup import logs_to_file, parse_level, setup_logging
 
@@ -181,8 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(f"internal error: {type(exc).__name__}: {exc} (run with -L DEBUG for details)")
         return 1
 
-    args = sys.argv[1:] if argv is None else argv
-    return run_click(cli, PROG, args, _report, internal_error)
+    # First: a SIGHUP/SIGTERM while we import, load the config and drop root is
+    # recorded, not fatal; the loop takes it over (a reload, a clean stop).
+    old_handlers = earlysignals.install()
+    try:
+        args = sys.argv[1:] if argv is None else argv
+        return run_click(cli, PROG, args, _report, internal_error)
+    finally:
+        earlysignals.restore(old_handlers)
 
 
 if __name__ == "__main__":

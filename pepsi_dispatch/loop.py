@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
-from . import gauges
+from . import earlysignals, gauges
 from .checks import program_problem
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import CONNECTION_LOST, DELAYED, Database, IterationResult, Requeue, ids_text
@@ -291,6 +291,15 @@ class Dispatcher:
         self.sel.register(self._sig_r, selectors.EVENT_READ, ("signal", None))
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        # Signals that came before these handlers (cli.main records them): an
+        # early SIGHUP is a reload, an early SIGINT/SIGTERM a stop (see run).
+        early = earlysignals.take()
+        if early.get(signal.SIGHUP):
+            self.reload_pending = True
+            self.reload_cause = ReloadCause.SIGHUP
+        self.signals_seen += early.get(signal.SIGINT, 0) + early.get(signal.SIGTERM, 0)
+        if early:
+            os.write(self._sig_w, b"\0")  # the first select returns at once
 
     def _restore_signals(self) -> None:
         for sig, handler in self._old_handlers.items():
@@ -319,6 +328,9 @@ class Dispatcher:
         if not become_subreaper():
             log.debug("cannot become a child subreaper; escaped grandchildren go to init")
         try:
+            if self.signals_seen:  # stopped before start-up: nothing to clean up
+                log.info("stop signal before start-up: exiting")
+                return 0
             self.start()
             notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
             now = time.monotonic()

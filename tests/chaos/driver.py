@@ -289,6 +289,19 @@ class Replica:
         self.exits: list[int] = []
         self.starts = 0
         self.expect_exit = False
+        self.started_bad = False  # started while a bad_reload's config was in place
+
+
+def catches(pid: int, sig: int) -> bool:
+    """True if process `pid` has a handler for `sig` (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
 
 
 # ------------------------------------------------------------------ the soak
@@ -316,8 +329,11 @@ class Soak:
         self.enqueue_on = threading.Event()
         self.stop_all = threading.Event()
         self.pending_actions: list[tuple[float, str, object]] = []
+        #: a bad_reload's bad file or overlay is in place: a dispatcher (re)started
+        #: meanwhile exits 2 by contract (configuration error at start-up).
+        self.conf_bad = False
+        self.overlay_bad = False
         self.parallelism = {"a": 2, "b": 3, "c": 2}
-        self.bad_file = False
         self.notes: list[str] = []
         self.extra: list[checker.Violation] = []  # liveness failures seen by the driver
 
@@ -358,6 +374,7 @@ QUEUE_LIMIT = 2
         tmp = self.conf.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.conf)
+        self.conf_bad = bad
 
     def setup(self) -> None:
         self.cluster.initdb()
@@ -417,6 +434,7 @@ QUEUE_LIMIT = 2
         out.close()
         r.starts += 1
         r.expect_exit = False
+        r.started_bad = self.conf_bad or self.overlay_bad
 
     def supervise(self) -> None:
         now = time.time()
@@ -433,7 +451,7 @@ QUEUE_LIMIT = 2
                 continue
             r.exits.append(rc)
             self.table["dispatcher exits"][f"exit {rc}"] += 1
-            if rc not in (0, -9) and not r.expect_exit:
+            if rc not in (0, -9) and not r.expect_exit and not (rc == 2 and r.started_bad):
                 last = ""
                 for line in (self.base / f"dispatcher-{r.slot}.log").read_text().splitlines():
                     if "error" in line.lower():
@@ -444,6 +462,25 @@ QUEUE_LIMIT = 2
                 )
             r.proc = None
             r.restart_at = now + 1.0
+
+    def sighup(self, live: list[Replica]) -> int:
+        """SIGHUP to the replicas that catch it; returns how many got it.
+
+        A replica exec'd a few milliseconds ago may still be starting its
+        interpreter, where SIGHUP has its default action (it dies by it, exit -1):
+        no program can handle a signal before it runs. Such a replica has not
+        read the file yet (pepsi-dispatch installs its handlers first), so it
+        starts with the new one anyway; it is left alone (the file is already
+        written when this runs).
+        """
+        sent = 0
+        for r in live:
+            if catches(r.proc.pid, signal.SIGHUP):
+                os.kill(r.proc.pid, signal.SIGHUP)
+                sent += 1
+            else:
+                self.table["faults"]["SIGHUP withheld: replica still exec'ing"] += 1
+        return sent
 
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.proc is not None and r.proc.poll() is None]
@@ -565,9 +602,8 @@ QUEUE_LIMIT = 2
             st = rng.choice("abc")
             self.parallelism[st] = rng.randint(1, 3)
             self.write_conf()
-            for r in live:
-                os.kill(r.proc.pid, signal.SIGHUP)
-            return f"PARALLELISM of {st} = {self.parallelism[st]} + SIGHUP to {len(live)}"
+            sent = self.sighup(live)
+            return f"PARALLELISM of {st} = {self.parallelism[st]} + SIGHUP to {sent}"
         if name == "reload_overlay":
             st = rng.choice("abc")
             q = rng.randint(1, 3)
@@ -586,8 +622,7 @@ QUEUE_LIMIT = 2
                 r.expect_exit = True
             if rng.random() < 0.5:
                 self.write_conf(bad=True)
-                for r in live:
-                    os.kill(r.proc.pid, signal.SIGHUP)
+                self.sighup(live)
                 self.pending_actions.append((time.time() + 1.5, "restore_file", None))
                 return "file: NEXT of a = nosuch + SIGHUP (restored after 1.5 s)"
 
@@ -598,6 +633,7 @@ QUEUE_LIMIT = 2
                 )
 
             self.admin_retry(bad, tries=3)
+            self.overlay_bad = True
             self.pending_actions.append((time.time() + 1.5, "restore_overlay", None))
             return "overlay: NEXT of a = nosuch (deleted after 1.5 s)"
         if name == "sigterm_restart":
@@ -626,6 +662,7 @@ QUEUE_LIMIT = 2
                         "DELETE FROM pepsi.config WHERE section = 'stage-a' AND option = 'NEXT'"
                     )
                 )
+                self.overlay_bad = False
         self.pending_actions = keep
 
     # ---- phases

@@ -22,15 +22,8 @@ SEED = 20261130
 SECONDS = 30
 
 CI_EXCLUDED: dict[str, str] = {
-    # Both stop a dispatcher gracefully. Today (4cc6518) the shell wrapper of stage b
-    # dies on SIGTERM while its child one.sh runs on, and the dispatcher releases the
-    # child's message at once: the restarted dispatcher (single mode) or another
-    # replica (competing) runs it again while the orphan still runs it (issue 8,
-    # hole 3; seen in the 5-minute soak, seed 8). In competing mode a graceful stop
-    # longer than ORPHAN_TIMEOUT also lets another replica rerun messages (hole 2).
-    # Re-enable both once the process-group fix is merged.
-    "sigterm_restart": "graceful stop orphans the wrapper's child: issue 8 holes 3 and 2",
-    "bad_reload": "exit 1 after a bad reload is a graceful stop too: issue 8 holes 3 and 2",
+    # Empty since the process-group fix (issue 8 holes 2 and 3) and the early signal
+    # handlers (cli.main): sigterm_restart and bad_reload, left out until then, now pass.
 }
 
 CI_FAULTS = [
