@@ -7,7 +7,7 @@
   stdin, one per line. Prints the ids. A stage that neither the dispatcher's
   registered stage table nor the configuration file knows is refused (``--force``).
 * ``status [--json] [--watch [--interval S] [--count N]]`` — message counts by stage
-  and status; ``--watch``: rates, oldest pending wait, workers, refreshed in place.
+  and status; ``--watch``: rates, oldest pending wait, live workers, refreshed in place.
 * ``show ID [--json]`` — one message: row, state, errors, retries, ages.
 * ``failed [--stage S] [--limit N] [--json | --by-reason]`` — failed/timeout/expired
   rows with their errors, or those grouped by reason.
@@ -547,16 +547,20 @@ def _watch_lines(stages: list[dict[str, Any]], dispatchers: list[dict[str, Any]]
         " statistics are flushed by the dispatcher)",
         f"{'stage':<{width}} {'pending':>8} {'running':>8} {'paused':>7} {'failed':>7}"
         f" {'done/min':>8} {'proc/s':>7} {'fail/s':>7} {'oldest pending':>15}"
-        f" {'next due':>12} {'workers':>8}",
+        f" {'next due':>12} {'workers':>8} {'max':>5}",
     ]
     for s in stages:
         failed = s["failed"] + s["timeout"] + s["expired"]
-        workers = f"{s['parallelism']}x{s['queue_limit']}" if s["registered"] else "-"
+        # Live workers (busy/all) from the gauges of live dispatchers; "-" when no
+        # live dispatcher runs the stage (or the schema predates queue_overview v2,
+        # migration 0012). max: its PARALLELISM.
+        workers = f"{s['workers_busy']}/{s['workers']}" if s.get("dispatchers") else "-"
+        most = str(s["parallelism"]) if s["registered"] else "-"
         lines.append(
             f"{s['stage']:<{width}} {s['pending']:>8} {s['running']:>8} {s['paused']:>7}"
             f" {failed:>7} {s['done_last_minute']:>8} {_rate(s['processed_per_s']):>7}"
             f" {_rate(s['failed_per_s']):>7} {_age(s['oldest_pending']):>15}"
-            f" {_age(s['next_due']):>12} {workers:>8}"
+            f" {_age(s['next_due']):>12} {workers:>8} {most:>5}"
         )
     if not stages:
         lines.append("(no stages: the queue is empty and no dispatcher registered any)")
@@ -571,7 +575,10 @@ def _watch_lines(stages: list[dict[str, Any]], dispatchers: list[dict[str, Any]]
             for d in dispatchers
         )
     )
-    lines.append("workers: PARALLELISM x QUEUE_LIMIT of each registered stage; running = in flight")
+    lines.append(
+        "workers: busy/all worker processes of live dispatchers (as of their last heartbeat;"
+        " all counts idle, retiring and stopping ones); max: PARALLELISM; running = in flight"
+    )
     return lines
 
 

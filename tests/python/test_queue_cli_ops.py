@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from dispatch_harness import Harness, harness_fixture, wait_until  # noqa: F401
 
 EXE = Path(sys.executable).parent / "pepsi-queue"
 
@@ -197,7 +198,7 @@ def test_status_watch_refreshes_and_ctrl_c_exits_0(pq, conn) -> None:
     cols = row.split()
     assert cols[1] == "1"  # pending
     assert "1 min 15 s" in row or "1 min 16 s" in row  # oldest pending wait
-    assert "2x4" in row  # workers of the registered stage
+    assert cols[-2:] == ["-", "2"]  # no live dispatcher runs it; max = PARALLELISM
     frame = json.loads(pq("status", "--watch", "--json", "--count", "1").stdout)
     (a,) = frame["stages"]
     assert (a["stage"], a["pending"], a["processed_total"]) == ("a", 1, 10)
@@ -219,6 +220,46 @@ def test_status_watch_refreshes_and_ctrl_c_exits_0(pq, conn) -> None:
             proc.kill()
     assert proc.returncode == 0, err
     assert out.count("pepsi-queue status --watch") >= 2 and "Traceback" not in err
+
+
+def test_status_watch_shows_the_live_workers_of_a_running_dispatcher(pq, h: Harness) -> None:
+    """The workers column comes from a running dispatcher's heartbeat gauges
+    (pepsi.queue_overview v2), checked against its worker processes in /proc."""
+    stages = h.pipeline(["a"], PARALLELISM=3, QUEUE_LIMIT=1)
+    d = h.start(h.conf(stages, poll_interval="1 s"))  # a heartbeat (with gauges) every second
+    h.enqueue("a", [{"do": "sleep:60"}] * 2)
+
+    def stage_a() -> dict:
+        r = pq("status", "--watch", "--json", "--count", "1")
+        assert r.returncode == 0, r.stderr
+        (a,) = [st for st in json.loads(r.stdout)["stages"] if st["stage"] == "a"]
+        return a
+
+    def two_busy() -> dict | None:
+        a = stage_a()
+        procs = len(d.workers().get("a", []))
+        return a if a["workers_busy"] == 2 and a["workers"] == procs else None
+
+    a = wait_until(two_busy, 30, 0.2, lambda: f"2 busy workers shown: {stage_a()}\n{d.tail()}")
+    assert (a["dispatchers"], a["running"], a["parallelism"]) == (1, 2, 3)
+    assert (
+        a["workers"]
+        == a["workers_busy"] + a["workers_idle"] + a["workers_retiring"] + a["workers_stopping"]
+    )
+    text = pq("status", "--watch", "--count", "1").stdout
+    row = next(line for line in text.splitlines() if line.startswith("a "))
+    assert row.split()[-2:] == [f"2/{a['workers']}", "3"], text
+
+    # Stopped, the dispatcher unregisters: no live workers, none shown.
+    assert d.terminate() == 0
+    a = stage_a()
+    assert (a["dispatchers"], a["workers"]) == (0, 0)
+    row = next(
+        line
+        for line in pq("status", "--watch", "--count", "1").stdout.splitlines()
+        if line.startswith("a ")
+    )
+    assert row.split()[-2:] == ["-", "3"]
 
 
 def test_requeue_wakes_the_dispatcher_through_a_notification(pq, dsn, conn) -> None:

@@ -207,3 +207,46 @@ def test_0009_downgrade_restores_0008_exactly(empty_dsn: str) -> None:
         assert "pepsi_stage" not in acl["pepsi.cancel(bigint[],text,boolean)"]
         alembic(empty_dsn, "downgrade", "0008")
         assert snapshot(conn) == before, "downgrade 0009 leaves exactly what 0008 had"
+
+
+def test_0012_downgrade_restores_0011_exactly(empty_dsn: str) -> None:
+    """queue_overview v2 (new result type: dropped and granted again), dashboard_cancel v2
+    and dashboard_requeue v2 (same signatures: grants kept); downgrade gives 0011 back."""
+    from test_sql_migrations import definition, snapshot
+
+    alembic(empty_dsn, "upgrade", "0011")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        before = snapshot(conn)
+        alembic(empty_dsn, "upgrade", "0012")
+        assert snapshot(conn) != before
+        signatures = {
+            "queue_overview": "pepsi.queue_overview()",
+            "dashboard_cancel": "pepsi.dashboard_cancel(bigint[])",
+            "dashboard_requeue": "pepsi.dashboard_requeue(bigint[])",
+        }
+        for name, signature in signatures.items():
+            assert definition(conn, signature)[1] == body_of(name, 2), name
+
+        def may(role: str, signature: str) -> bool:
+            return conn.execute(
+                "SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, signature)
+            ).fetchone()[0]
+
+        roles = ("pepsi_dispatcher", "pepsi_dashboard", "pepsi_stage", "pepsi_ingress", "public")
+        assert [may(r, signatures["queue_overview"]) for r in roles] == [
+            True,
+            False,
+            False,
+            False,
+            False,
+        ]
+        for name in ("dashboard_cancel", "dashboard_requeue"):
+            assert [may(r, signatures[name]) for r in roles] == [
+                False,
+                True,
+                False,
+                False,
+                False,
+            ], name
+        alembic(empty_dsn, "downgrade", "0011")
+        assert snapshot(conn) == before, "downgrade 0012 leaves exactly what 0011 had"

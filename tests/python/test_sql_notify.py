@@ -77,6 +77,20 @@ def test_requeue_failed_notifies_workqueue_when_it_moved_rows(dsn: str, conn) ->
         assert drain(listener) == [("workqueue", "")]
 
 
+def test_dashboard_requeue_notifies_through_requeue_failed(dsn: str, conn) -> None:
+    """dashboard_requeue v2 sends no NOTIFY of its own: requeue_failed's is the one."""
+    conn.execute("INSERT INTO pepsi.workqueue (stage, status) VALUES ('a', 'failed')")
+    with listening(dsn, "workqueue") as listener:
+        assert conn.execute("SELECT pepsi.dashboard_requeue(ARRAY[-1]::bigint[])").fetchone() == (
+            0,
+        )
+        assert drain(listener) == [], "nothing requeued, nothing said"
+        assert conn.execute(
+            "SELECT pepsi.dashboard_requeue(array_agg(workqueue_id)) FROM pepsi.workqueue"
+        ).fetchone() == (1,)
+        assert drain(listener) == [("workqueue", "")]
+
+
 def test_a_delayed_enqueue_also_says_delayed(dsn: str, conn) -> None:
     """The dispatcher runs requeue_due on this one only (not on every insert)."""
     with listening(dsn, "workqueue") as listener:
