@@ -205,13 +205,14 @@ def test_overlay_adds_a_stage_and_odd_stage_names(h: Harness) -> None:
 
 
 def test_trickle_is_packed_onto_one_worker(h: Harness) -> None:
-    # a message every 0.15 s, each takes ~0.1 s: one or two in flight, and one worker
-    # holds four: one worker is enough
+    # a trickle: each message arrives once the one before it is done, so at most one
+    # is in flight and the worker that exists always has room (QUEUE_LIMIT 4): one
+    # worker is enough. (Arrivals on a fixed clock made this depend on the machine's
+    # load: a worker that fell four messages behind rightly got a second worker.)
     d = h.start(h.conf(h.pipeline(["a"], PARALLELISM=4, QUEUE_LIMIT=4), WORKER_IDLE_TIMEOUT="10 s"))
-    for _ in range(20):
+    for i in range(20):
         h.enqueue("a", [{"do": "sleep:0.1;next"}])
-        time.sleep(0.15)
-    h.wait_all("done", timeout=30)
+        wait_until(lambda i=i: h.counts().get("done", 0) == i + 1, 30)
     log = h.wlog()
     assert len(log.spawns) == 1, f"{len(log.spawns)} workers for a trickle one worker can carry"
     assert d.terminate() == 0
