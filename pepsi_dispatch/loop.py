@@ -35,6 +35,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from . import gauges
+from .backoff import Backoff
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import CONNECTION_LOST, DELAYED, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
@@ -145,7 +146,8 @@ class Dispatcher:
         self.last_flush = time.monotonic()
         self.db_ok = False
         self.reconnect_at = INF
-        self.reconnect_delay = RECONNECT_FIRST
+        #: delay before the next reconnect attempt.
+        self.reconnect_backoff = Backoff(RECONNECT_FIRST, RECONNECT_MAX)
         self.reconnect_failures = 0
         self.last_down_log = -INF
         #: reconnect only the work connection (the listen one and its lock are fine).
@@ -157,7 +159,7 @@ class Dispatcher:
         #: after a query error on healthy connections: no database work before this,
         #: and the backoff of the next such wait.
         self.db_hold_until = 0.0
-        self.db_hold_delay = RECONNECT_FIRST
+        self.db_hold = Backoff(RECONNECT_FIRST, RECONNECT_MAX)
         self.last_query_error_log = -INF
         self.reload_pending = False
         #: what asked for the pending reload (SIGHUP retires workers even if nothing changed).
@@ -263,7 +265,7 @@ class Dispatcher:
             if name in self.pools:
                 self.pools[name].workers.extend(pool.workers)
                 self.pools[name].cooldown_until = pool.cooldown_until
-                self.pools[name].cooldown_delay = pool.cooldown_delay
+                self.pools[name].cooldown = pool.cooldown
             elif pool.workers:
                 self.leftover.append(pool)
         # A stage removed by one reload and added again by the next: the workers
@@ -983,7 +985,7 @@ class Dispatcher:
             self.answered = []
             self.answered_at.clear()
             self.claim_needed = False
-            self.db_hold_delay = RECONNECT_FIRST
+            self.db_hold.reset()
             self._after_iteration(result, now)
         self._maybe_flush(now)
 
@@ -1371,19 +1373,17 @@ class Dispatcher:
         """
         listen_dead = self.db.listen_dead()
         if self.db_ok and not listen_dead and not self.db.work_dead():
-            self.db_hold_until = now + self.db_hold_delay
+            hold = self.db_hold.next()
+            self.db_hold_until = now + hold
             if now - self.last_query_error_log >= 30.0:
                 self.last_query_error_log = now
                 log.warning(
                     "database error (%s); connections kept, retrying in %g s (growing)",
                     _one_line(exc),
-                    self.db_hold_delay,
+                    hold,
                 )
             else:
-                log.debug(
-                    "database error (%s); retrying in %g s", _one_line(exc), self.db_hold_delay
-                )
-            self.db_hold_delay = min(RECONNECT_MAX, self.db_hold_delay * 2)
+                log.debug("database error (%s); retrying in %g s", _one_line(exc), hold)
             return
         if self.db_ok:
             log.warning(
@@ -1391,7 +1391,7 @@ class Dispatcher:
                 _one_line(exc),
                 "" if listen_dead else " the work connection",
             )
-            self.reconnect_delay = RECONNECT_FIRST
+            self.reconnect_backoff.reset()
             self.reconnect_failures = 0
             self.last_down_log = now
         self.db_ok = False
@@ -1405,8 +1405,7 @@ class Dispatcher:
         else:
             self.reconnect_work_only = True
             self.db.close_work()
-        self.reconnect_at = now + self.reconnect_delay
-        self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
+        self.reconnect_at = now + self.reconnect_backoff.next()
 
     def _reconnect(self, now: float) -> None:
         work_only = self.reconnect_work_only and not self.db.listen_dead()
@@ -1458,8 +1457,7 @@ class Dispatcher:
                 self.db.close_work()
             else:
                 self.db.close()
-            self.reconnect_at = now + self.reconnect_delay
-            self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
+            self.reconnect_at = now + self.reconnect_backoff.next()
             return
         if self.lock_lost:
             self._abort_fatal()
@@ -1478,7 +1476,7 @@ class Dispatcher:
             "work connection only (lock and LISTEN kept)" if work_only else "LISTEN renewed",
         )
         self.reconnect_failures = 0
-        self.reconnect_delay = RECONNECT_FIRST
+        self.reconnect_backoff.reset()
         self.floor.clear()  # stray rows were released; notifications may be lost
         self.claim_needed = True
         self.requeue_at = now
