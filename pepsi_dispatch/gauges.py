@@ -40,7 +40,7 @@ def collect(d: Dispatcher) -> dict[str, Any]:
         "heartbeat_interval": d.heartbeat_interval,
         "workers": workers,
         "inflight": inflight,
-        "inflight_ids": len(d.where),
+        "inflight_ids": d.ledger.holding(),
         "paused_stages": sorted(n for n, p in d.pools.items() if p.config.paused),
         "round_trips": d.round_trips,
         "claims": st.claims,

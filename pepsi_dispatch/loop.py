@@ -39,6 +39,7 @@ from .backoff import Backoff
 from .config import Config, ConfigError, apply_overlay, reread_config
 from .db import CONNECTION_LOST, DELAYED, Database, IterationResult, Requeue, ids_text
 from .errors import FatalError, UsageError
+from .ledger import Ledger
 from .pool import StagePool, worker_env
 from .privileges import check_access, config_files, log_files
 from .process import (
@@ -114,27 +115,10 @@ class Dispatcher:
         self.pools: dict[str, StagePool] = {}
         #: pools of stages a reload removed, kept until their workers are gone.
         self.leftover: list[StagePool] = []
-        # Database writes owed (kept until the pipeline carrying them succeeds).
-        self.errors: list[tuple[int, str, str]] = []
-        self.answered: list[int] = []
-        #: id -> the stage its owed answer check is for (the last fused stage, if
-        #: any): the guard against a lost reply to a committed claim (_strays).
-        self.answered_at: dict[int, str] = {}
-        self.to_release: list[int] = []
-        #: id -> the worker that has it in flight. The invariant's bookkeeping:
-        #: a row a stage advanced can be claimed again (for the next stage)
-        #: before the answer of the first worker is read, so every owed write
-        #: about an id is checked against this map when it is sent.
-        self.where: dict[int, Worker] = {}
-        #: Claim floors (docs/INTERNALS.md, "Claim floors"): stage -> an id at or
-        #: below which no row of that stage is pending, passed to the claim as
-        #: after_ids so its index scan starts there instead of walking the dead
-        #: entries claimed rows leave in the pending index. Absent = no bound.
-        #: Raised by claims, lowered by every answer/error/release, cleared by
-        #: anything else that may make a low id pending. Never used competing.
-        self.floor: dict[str, int] = {}
+        #: who holds which id, the writes owed about ids (kept until the
+        #: pipeline carrying them succeeds), the claim floors: pepsi_dispatch/ledger.py.
+        self.ledger = Ledger(self.dc.competing)
         # Flags and timers (monotonic seconds).
-        self.claim_needed = True
         self.requeue_dirty = False
         self._requeue_sums = [0, 0, 0]
         self._requeue_logged = -INF
@@ -374,11 +358,11 @@ class Dispatcher:
         """Seconds until the earliest timer (INF: none)."""
         held = self.db_ok and now < self.db_hold_until
         db_ready = self.db_ok and not held
-        if db_ready and (self.to_release or (self.reload_pending and not self.shutting_down)):
+        if db_ready and (self.ledger.releases or (self.reload_pending and not self.shutting_down)):
             # (While the database is away these wait for the reconnect; a reload
             # never runs once stopping, so it must not spin the loop then.)
             return 0.0
-        if db_ready and self.claim_needed and not self.shutting_down:
+        if db_ready and self.ledger.claim_needed and not self.shutting_down:
             if any(p.capacity(now) > 0 for p in self.pools.values()):
                 return 0.0
         t = INF
@@ -445,8 +429,7 @@ class Dispatcher:
                 self.reload_pending = True
             else:
                 # An insert that took a low id may commit after a claim passed it.
-                self.floor.clear()
-                self.claim_needed = True
+                self.ledger.rescan()
                 if channel == DELAYED:  # a delayed message: learn when it is due
                     self.requeue_dirty = True
 
@@ -493,8 +476,7 @@ class Dispatcher:
         pool = self._pool_of(w)
         debug = log.isEnabledFor(logging.DEBUG)
         inflight = w.inflight
-        where = self.where
-        answered_at = self.answered_at
+        ledger = self.ledger
         for line in lines:
             if not inflight:
                 log.warning(
@@ -507,17 +489,15 @@ class Dispatcher:
                 self._kill(w, now)
                 break
             wid = inflight.popleft()
-            if where.get(wid) is w and wid not in inflight:
-                # (Still in ``inflight``: the stage let go of the row -- advanced it to
-                # itself, or paused it and it was requeued -- and it was claimed and
-                # handed to this same worker again. That second copy is still ours.)
-                del where[wid]
+            # (Still in ``inflight``: the stage let go of the row -- advanced it to
+            # itself, or paused it and it was requeued -- and it was claimed and
+            # handed to this same worker again. That second copy is still ours.)
+            ledger.let_go(wid, w, wid in inflight)
             seconds = now - w.head_since
             w.head_since = now
             w.answered += 1
             if line == b"0":  # the hot path
-                self.answered.append(wid)
-                answered_at[wid] = w.stage
+                ledger.answered(wid, w.stage)
                 stats.succeeded(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
@@ -528,21 +508,18 @@ class Dispatcher:
                 log.exception("stage %s worker pid %d: cannot classify an answer", w.stage, w.pid)
                 answer = Answer(PROTOCOL_ERROR, f"unreadable answer ({type(exc).__name__})")
             if answer.kind == OK:
-                self.answered.append(wid)
                 fused = self._fused_allowed(w, answer.fused)
-                answered_at[wid] = fused[-1] if fused else w.stage
+                ledger.answered(wid, fused[-1] if fused else w.stage)
                 stats.succeeded(w.stage, seconds, fused)
                 if debug:
                     log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             elif answer.kind == FAILED:
-                self.errors.append((wid, "failed", answer.text))
+                ledger.failed(wid, "failed", answer.text)
                 stats.failed(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
             else:
-                self.errors.append(
-                    (wid, "failed", f'protocol error: worker answered "{answer.text}"')
-                )
+                ledger.failed(wid, "failed", f'protocol error: worker answered "{answer.text}"')
                 stats.failed(w.stage, seconds)
                 log.warning(
                     "stage %s worker pid %d: protocol error on message %d: %r; stopping it",
@@ -561,7 +538,7 @@ class Dispatcher:
         if pool is not None and not w.killed:
             pool.success()
         self.requeue_dirty = True
-        self.claim_needed = True
+        ledger.want_claim()
         if not inflight and not w.killed:
             w.idle_since = now
             if not w.stopping:
@@ -711,11 +688,8 @@ class Dispatcher:
                 self.leftover.remove(pool)
         ids = list(w.inflight)
         undelivered = list(w.undelivered)
-        for wid in ids + undelivered:
-            if self.where.get(wid) is w:
-                del self.where[wid]
-        # Never written to the worker (EPIPE): they did not start; release them.
-        self.to_release.extend(undelivered)
+        # Never written to the worker (EPIPE): they did not start; released.
+        self.ledger.reaped(w, ids, undelivered)
         w.undelivered.clear()
         w.inflight.clear()
         kind = classify_exit(
@@ -729,7 +703,7 @@ class Dispatcher:
             db_connected=self.db_ok,
         )
         self._settle_exit(w, pool, kind, rc, ids, len(undelivered), now)
-        self.claim_needed = True
+        self.ledger.want_claim()
 
     def _settle_exit(
         self,
@@ -748,9 +722,8 @@ class Dispatcher:
             # A crash: the head-of-line message fails, the rest never ran.
             head, rest = ids[0], ids[1:]
             reason = describe_exit(rc)
-            self.errors.append((head, "failed", reason))
+            self.ledger.crashed(ids, reason)
             self.stats.crashed(w.stage, now - w.head_since)
-            self.to_release.extend(rest)
             log.warning(
                 "stage %s worker pid %d crashed: %s; message %d failed, %d released",
                 w.stage,
@@ -760,7 +733,7 @@ class Dispatcher:
                 len(rest),
             )
         else:
-            self.to_release.extend(ids)
+            self.ledger.release(ids)
         if kind is ExitKind.DIED_BEFORE_READING:
             # Its head-of-line message never started, so nothing fails --
             # otherwise a broken PROGRAM (bad arguments, a missing library) would
@@ -840,7 +813,7 @@ class Dispatcher:
         for pool in self.pools.values():
             if pool.cooldown_until and now >= pool.cooldown_until:
                 pool.cooldown_until = 0.0  # the delay is kept, so the next one grows
-                self.claim_needed = True
+                self.ledger.want_claim()
                 log.info("stage %s: cooldown over, starting workers again", pool.name)
         max_runtime = self.dc.max_runtime
         startup_limit = max(max_runtime, STARTUP_MIN)
@@ -867,11 +840,10 @@ class Dispatcher:
                 continue
             if w.inflight and now - w.head_since >= max_runtime:
                 head = w.inflight.popleft()
-                if self.where.get(head) is w and head not in w.inflight:
-                    del self.where[head]
+                self.ledger.let_go(head, w, head in w.inflight)
                 seconds = now - w.head_since
                 reason = f"timeout: no answer within MAX_RUNTIME ({max_runtime:g} s); worker killed"
-                self.errors.append((head, "timeout", reason))
+                self.ledger.failed(head, "timeout", reason)
                 self.stats.timed_out(w.stage, seconds)
                 log.warning(
                     "stage %s worker pid %d: message %d unanswered after %.1f s "
@@ -936,39 +908,30 @@ class Dispatcher:
         caps: list[int] = []
         # With a requeue in the pipeline, claim too: the claim runs after it and
         # picks up the rows it just made pending, in the same round trip.
-        if (self.claim_needed or requeue) and not self.shutting_down:
+        ledger = self.ledger
+        if (ledger.claim_needed or requeue) and not self.shutting_down:
             for name, pool in self.pools.items():
                 cap = pool.capacity(now)
                 if cap > 0:
                     stages.append(name)
                     caps.append(cap)
-        errors, answered, release = self.errors, self.answered, self.to_release
-        if self.floor:
-            self._lower_floors(errors, answered, release)
+        # An id owed a write may meanwhile be in flight again at its next stage
+        # (the stage advanced it, we claimed it, then read the old answer): the
+        # ledger drops such writes (and lowers the floors first).
+        owed = ledger.owed()
+        errors, answered, release = owed.failures, owed.checks, owed.releases
         if stages:
-            after_ids = None
             # A requeue in the same pipeline may make low ids pending just before
             # the claim: that claim goes unbounded (about once a second when busy).
-            if self.floor and requeue is None and not self.dc.competing:
-                after_ids = [self.floor.get(s) for s in stages]
-            claim = (stages, caps, after_ids)
-        where = self.where
-        if where and (errors or answered or release):
-            # An id owed a write may meanwhile be in flight again at its next
-            # stage (the stage advanced it, we claimed it, then read the old
-            # answer). Writing then would fail or release a row another worker
-            # is working on -- the one thing that must never happen.
-            errors = self.errors = [e for e in errors if e[0] not in where]
-            answered = self.answered = [i for i in answered if i not in where]
-            release = self.to_release = [i for i in release if i not in where]
-        if errors or answered or release or requeue or claim:
+            claim = (stages, caps, ledger.claim_bounds(stages, requeue is not None))
+        if owed or requeue or claim:
             try:
                 if release:
                     # Separate statement first: released rows become claimable in
                     # the same iteration's claim.
                     self.db.release(self.dispatcher_id, release)
                     log.debug("released %d row(s): %s", len(release), ids_text(release))
-                self.to_release = []
+                ledger.released()
                 t0 = time.monotonic()
                 result = self.db.iteration(self.dispatcher_id, errors, answered, requeue, claim)
                 self.stats.round_trip(time.monotonic() - t0, claim is not None)
@@ -981,10 +944,8 @@ class Dispatcher:
                 if isolated is None:
                     return
                 result = isolated
-            self.errors = []
-            self.answered = []
-            self.answered_at.clear()
-            self.claim_needed = False
+            ledger.sent()
+            ledger.claimed_pass()
             self.db_hold.reset()
             self._after_iteration(result, now)
         self._maybe_flush(now)
@@ -1121,24 +1082,6 @@ class Dispatcher:
                     pool.start_cooldown(now, "its claim failed (see the ERROR line above)")
         return out
 
-    def _lower_floors(
-        self, errors: list[tuple[int, str, str]], answered: list[int], release: list[int]
-    ) -> None:
-        """Rows answered, failed or released may be pending again (at any stage,
-        a stage can advance a row anywhere) with their own id: no floor may stay
-        at or above the lowest of them."""
-        low = min(
-            min(answered, default=INF),
-            min((e[0] for e in errors), default=INF),
-            min(release, default=INF),
-        )
-        if low == INF:
-            return
-        floor = self.floor
-        for stage, f in floor.items():
-            if f >= low:
-                floor[stage] = int(low) - 1
-
     def _requeue_args(self) -> tuple[list[str], list[int], int, float | None]:
         stages = list(self.pools)
         retries = [self.pools[s].config.max_retries for s in stages]
@@ -1158,13 +1101,7 @@ class Dispatcher:
         if self._count_retried(result):
             self.requeue_at = now  # learn when they are due
         if result.claimed:
-            if not self.dc.competing:
-                # The pick takes a stage's lowest pending ids above its floor: every
-                # pending row of that stage up to the highest id returned is claimed.
-                floor = self.floor
-                for wid, stage in result.claimed:
-                    if wid > floor.get(stage, 0):
-                        floor[stage] = wid
+            self.ledger.raise_floors(result.claimed)
             self._place(result.claimed, now)
 
     def _count_retried(self, result: IterationResult) -> bool:
@@ -1186,13 +1123,13 @@ class Dispatcher:
             # +5 ms: wake just after the row is due, not just before.
             self.requeue_at = now + r.next_due_in + 0.005
         if r.requeued:
-            self.floor.clear()  # requeued rows are pending again with their low ids
+            self.ledger.forget_floors()  # requeued rows are pending again with their low ids
         if r.requeued or r.exhausted or r.expired:
             self.stats.requeued += r.requeued
             self.stats.expired += r.expired
             for stage, n in r.exhausted_by_stage:
                 self.stats.exhausted(stage, n)
-            self.claim_needed = True
+            self.ledger.want_claim()
             # One INFO line per minute at most (the first one at once): a stage
             # that pauses a lot would otherwise log every second all hour.
             sums = self._requeue_sums
@@ -1229,18 +1166,17 @@ class Dispatcher:
         for stage, ids in by_stage.items():
             pool = self.pools.get(stage)
             if pool is None:
-                self.to_release.extend(ids)
+                self.ledger.release(ids)
                 continue
             assignments, unplaced = pool.place(ids, now, self._spawn)
             for w, batch in assignments:
-                for wid in batch:
-                    # An id may still sit unanswered at its previous stage's worker:
-                    # that stage committed the advance (the claim takes pending rows
-                    # only) and its answer is on the way. The new worker owns it now;
-                    # the old answer then leaves `where` alone. It may also be the
-                    # same worker (the stage advanced the row to itself): then `w`
-                    # holds the id twice and only its last answer clears `where`.
-                    self.where[wid] = w
+                # An id may still sit unanswered at its previous stage's worker: that
+                # stage committed the advance (the claim takes pending rows only) and
+                # its answer is on the way. The new worker owns it now; the old answer
+                # then leaves it alone. It may also be the same worker (the stage
+                # advanced the row to itself): then `w` holds the id twice and only
+                # its last answer lets go of it.
+                self.ledger.hand(batch, w)
                 w.give(batch, now)
                 if w.outbuf and w.stdin_fd is not None:
                     try:
@@ -1251,7 +1187,7 @@ class Dispatcher:
                 if debug:
                     log.debug("stage %s pid %d: given %s", stage, w.pid, ids_text(batch))
             if unplaced:
-                self.to_release.extend(unplaced)
+                self.ledger.release(unplaced)
         # A claim that filled capacity may have left more pending rows behind;
         # answers will free room and trigger the next claim.
 
@@ -1313,11 +1249,7 @@ class Dispatcher:
         for pool in self.pools.values():
             pool.workers.clear()
         self.leftover.clear()
-        self.where.clear()
-        self.errors, self.answered, self.to_release = [], [], []
-        self.answered_at.clear()
-        self.floor.clear()
-        self.claim_needed = True
+        self.ledger.drop_all()
         log.error(
             "this replica was declared dead by another (its heartbeat was older than"
             " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
@@ -1331,7 +1263,7 @@ class Dispatcher:
         # Rows made pending without a notification (an operator's requeue_failed)
         # are claimed at the latest on this tick (when busy, within about a second:
         # a claim in the same pipeline as requeue_due goes unbounded).
-        self.floor.clear()
+        self.ledger.forget_floors()
         try:
             self._check_registration(now)
             self.db.heartbeat(self.dispatcher_id, gauges.collect(self))
@@ -1358,7 +1290,7 @@ class Dispatcher:
             self._db_lost(now, exc)
             return
         self.requeue_at = now
-        self.claim_needed = True
+        self.ledger.want_claim()
 
     def _db_lost(self, now: float, exc: BaseException) -> None:
         """A database call failed: keep owed writes; reconnect only what is broken.
@@ -1477,8 +1409,7 @@ class Dispatcher:
         )
         self.reconnect_failures = 0
         self.reconnect_backoff.reset()
-        self.floor.clear()  # stray rows were released; notifications may be lost
-        self.claim_needed = True
+        self.ledger.rescan()  # stray rows were released; notifications may be lost
         self.requeue_at = now
         if work_only:
             return  # no notification was missed: the listen connection stayed
@@ -1499,20 +1430,9 @@ class Dispatcher:
         healthy row for being "left running"; it is released instead (the
         last-fused-stage guard, docs/INTERNALS.md).
         """
-        held = self.db.held(self.dispatcher_id) - set(self.to_release)
-        owed = {e[0] for e in self.errors}
-        owed.update(self.where)
-        checks = (held & set(self.answered)) - owed
-        moved: set[int] = set()
-        if checks:
-            at = self.db.stages_of(checks)
-            moved = {i for i in checks if at.get(i) != self.answered_at.get(i)}
-        if moved:
-            self.answered = [i for i in self.answered if i not in moved]
-            for i in moved:
-                self.answered_at.pop(i, None)
-        owed.update(self.answered)
-        return sorted(held - owed)
+        held = self.db.held(self.dispatcher_id)
+        checks = self.ledger.checks_to_verify(held)
+        return self.ledger.strays(held, self.db.stages_of(checks) if checks else None)
 
     def _retake_lock_later(self, now: float) -> bool:
         """try_lock failed on reconnect: is the holder our own old session?
@@ -1558,15 +1478,14 @@ class Dispatcher:
         self.pools.clear()
         self.leftover.clear()
         if not self.db.work_dead():
-            where = self.where
-            errors = [e for e in self.errors if e[0] not in where]
-            answered = [i for i in self.answered if i not in where]
+            owed = self.ledger.owed()  # only writes about ids no worker holds
+            errors, answered = owed.failures, owed.checks
             try:
                 if errors or answered:
                     self._count_retried(
                         self.db.iteration(self.dispatcher_id, errors, answered, None, None)
                     )
-                    self.errors, self.answered = [], []
+                    self.ledger.sent_writes()
                 if self.stats.pending():
                     self.db.flush_stats(self.stats.flush_args())
                     self.stats.clear()
@@ -1622,8 +1541,7 @@ class Dispatcher:
                 if not w.inflight and not w.stopping:
                     self._stop_worker(w, now, "reload")
         self._build_pools(self.config)
-        self.floor.clear()
-        self.claim_needed = True
+        self.ledger.rescan()
         log.info(
             "configuration reloaded: stages %s; retiring %d worker(s)",
             ", ".join(
@@ -1681,15 +1599,16 @@ class Dispatcher:
                 self._reconnect(time.monotonic())
                 continue
             try:
-                if self.errors or self.answered:
+                ledger = self.ledger
+                if ledger.failures or ledger.checks:
                     self._count_retried(
                         self.db.iteration(
-                            self.dispatcher_id, self.errors, self.answered, None, None
+                            self.dispatcher_id, ledger.failures, ledger.checks, None, None
                         )
                     )
-                    self.errors, self.answered = [], []
+                    ledger.sent_writes()
                 n = self.db.release(self.dispatcher_id, None)
-                self.to_release = []
+                ledger.released()
                 if self.stats.pending():
                     self.db.flush_stats(self.stats.flush_args())
                     self.stats.clear()

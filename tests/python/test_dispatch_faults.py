@@ -669,8 +669,8 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
                 ).fetchone()[0]
                 for stage in ("b", "a")
             )
-            d.answered = [x, y]
-            d.answered_at = {x: "a", y: "a"}
+            d.ledger.answered(x, "a")
+            d.ledger.answered(y, "a")
             d._unwatch(d._listen_fd)
             d._listen_fd = -1
             d.db.close()

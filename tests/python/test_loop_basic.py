@@ -132,7 +132,7 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
     d = Dispatcher(load_config(str(conf)))
     now = time.monotonic()
     d.db_ok = True
-    d.claim_needed = False
+    d.ledger.claimed_pass()
     d.next_heartbeat = d.requeue_at = now + 30
     d.reload_pending = True
     assert d._next_timeout(now) == 0.0
@@ -754,25 +754,28 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     pending again at any stage, so every floor drops below X; requeued rows clear all."""
     from pepsi_dispatch.config import load_config
     from pepsi_dispatch.db import Requeue
+    from pepsi_dispatch.ledger import OwedWrites
     from pepsi_dispatch.loop import Dispatcher
 
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
-    d.floor = {"a": 100, "b": 40}
-    d._lower_floors([], [70, 90], [])
-    assert d.floor == {"a": 69, "b": 40}
-    d._lower_floors([(50, "failed", "x")], [], [60])
-    assert d.floor == {"a": 49, "b": 40}
-    d._lower_floors([], [], [1])
-    assert d.floor == {"a": 0, "b": 0}
-    d.floor = {"a": 100}
+    ledger = d.ledger
+    ledger.floors.update({"a": 100, "b": 40})
+    ledger.lower_floors(OwedWrites([], [], [70, 90]))
+    assert ledger.floors == {"a": 69, "b": 40}
+    ledger.lower_floors(OwedWrites([60], [(50, "failed", "x")], []))
+    assert ledger.floors == {"a": 49, "b": 40}
+    ledger.lower_floors(OwedWrites([1], [], []))
+    assert ledger.floors == {"a": 0, "b": 0}
+    ledger.floors.clear()
+    ledger.floors["a"] = 100
     d._requeued(Requeue(0, 1, 0, None, (("a", 1),)), time.monotonic())
-    assert d.floor == {"a": 100}  # failed (exhausted) rows are not pending
+    assert ledger.floors == {"a": 100}  # failed (exhausted) rows are not pending
     # ... and they count as failed in their stage (so in dispatch_stats.failed too).
     args = d.stats.flush_args()
     assert (args["stages"], args["failed"], args["stage_runs"]) == (["a"], [1], 0)
     d._requeued(Requeue(1, 0, 0, None), time.monotonic())
-    assert d.floor == {}
+    assert ledger.floors == {}
 
 
 def test_a_paused_row_requeued_below_the_claim_floor_is_claimed_promptly(
