@@ -170,6 +170,25 @@ def describe_exit(returncode: int) -> str:
     return f"worker exited with code {returncode}"
 
 
+class Life(enum.Enum):
+    """A worker's life. It only moves forward, and only through Worker's methods::
+
+        RUNNING --stop()/terminate()--> STOPPING --kill()--> KILLED
+           |                               ^
+           +-----------kill()--------------+--------------> KILLED
+
+    ``retire()`` (a reload) is a mark on RUNNING or STOPPING, not a state of its
+    own: a retiring worker takes no new ids and is stopped once drained.
+    """
+
+    #: takes ids (unless retired).
+    RUNNING = 1
+    #: asked to go: stdin closed (idle, MAX_MESSAGES, reload) or SIGTERM (shutdown).
+    STOPPING = 2
+    #: SIGKILLed (watchdog, protocol error, shutdown deadline).
+    KILLED = 3
+
+
 class Worker:
     """One running worker child of a stage."""
 
@@ -233,15 +252,15 @@ class Worker:
         self.sent = 0
         #: answers received in its life (a crash before any answer → cooldown).
         self.answered = 0
-        #: no new ids; stop once drained (MAX_MESSAGES reached or reload).
-        self.retiring = False
-        #: stdin closed / SIGTERM sent / SIGKILL sent -- we asked it to go.
-        self.stopping = False
-        self.killed = False
+        #: where it is in its life (see :class:`Life`); changed only by retire(),
+        #: stop(), terminate() and kill().
+        self.life = Life.RUNNING
+        self._retired = False
+        #: when a stopping worker is killed if still there (0 = the shutdown deadline).
         self.stop_deadline = 0.0
         #: why we asked it to go (idle, MAX_MESSAGES, reload) -- for the exit log line.
         self.stop_reason = ""
-        #: stdout reached EOF (the child is exiting or closed it).
+        #: stdout reached EOF (the child is exiting or closed it); see saw_eof().
         self.eof = False
         self.eof_at = 0.0
         #: monotonic time it last had nothing in flight (idle reap).
@@ -251,6 +270,51 @@ class Worker:
         self._err_skipping = False
         #: inside an over-long stdout line whose head was already reported.
         self._out_skipping = False
+
+    # -- life -----------------------------------------------------------------
+    @property
+    def retiring(self) -> bool:
+        """No new ids; stopped once drained (a reload retired it)."""
+        return self._retired
+
+    @property
+    def stopping(self) -> bool:
+        """We asked it to go (stdin closed, SIGTERM or SIGKILL sent)."""
+        return self.life is not Life.RUNNING
+
+    @property
+    def killed(self) -> bool:
+        """SIGKILL was sent."""
+        return self.life is Life.KILLED
+
+    def retire(self) -> bool:
+        """Mark it retiring (a reload); False if it was already."""
+        if self._retired:
+            return False
+        self._retired = True
+        return True
+
+    def stop(self, deadline: float, why: str) -> None:
+        """Ask it to go: EOF on stdin (it finishes and exits 0), killed after ``deadline``."""
+        assert self.life is Life.RUNNING, f"stop() of a worker that is {self.life.name}"
+        self.life = Life.STOPPING
+        self.stop_deadline = deadline
+        self.stop_reason = why
+        self.close_stdin()
+
+    def terminate(self) -> None:
+        """SIGTERM to its group (the dispatcher is stopping); a killed worker stays killed."""
+        if self.life is Life.RUNNING:
+            self.life = Life.STOPPING
+        self.signal(signal.SIGTERM)
+
+    def saw_eof(self, now: float) -> None:
+        """Its stdout reached EOF: it is exiting (or closed it)."""
+        self.eof = True
+        self.eof_at = now
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.stdout_fd = None
 
     # -- ids ------------------------------------------------------------------
     def give(self, ids: list[int], now: float) -> None:
@@ -430,7 +494,7 @@ class Worker:
 
     def kill(self) -> None:
         """SIGKILL the worker and everything in its session (it leads its own group)."""
-        self.killed = True
+        self.life = Life.KILLED
         if self.proc.returncode is None:
             # While the leader is unreaped its group id cannot be reused, so
             # killing the group is safe here and also ends grandchildren that

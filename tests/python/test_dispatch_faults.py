@@ -671,12 +671,10 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
             )
             d.ledger.answered(x, "a")
             d.ledger.answered(y, "a")
-            d._unwatch(d._listen_fd)
-            d._listen_fd = -1
             d.db.close()
-            d.db_ok = False
+            d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
             d._reconnect(time.monotonic())
-            assert d.db_ok
+            assert d.link.connected
             d._db_iteration(time.monotonic())
 
             def status(i: int) -> str:
@@ -687,7 +685,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
             assert status(x) == "pending"
             assert status(y) == "failed"
     finally:
-        for w in d._all_workers():
+        for w in d.workers.all():
             w.wait_dead()
         d.db.close()
 
@@ -719,5 +717,5 @@ def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
 
     for kind in ("out", "err"):
         w = Broken()
-        d._on_worker_event(kind, w, time.monotonic())  # type: ignore[arg-type]
+        d.workers.on_event(kind, w, time.monotonic())  # type: ignore[arg-type]
         assert w.killed

@@ -20,7 +20,7 @@ class StubDatabase:
             raise self.fail
         self.flushed.append(args)
 
-    # What _db_lost asks of a database whose connection went away.
+    # What DatabaseLink.lost asks of a database whose connection went away.
     def work_dead(self) -> bool:
         return True
 
@@ -45,17 +45,16 @@ def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Pa
         "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
         "[stage-a]\nPROGRAM = /bin/true\n"
     )
-    d = Dispatcher(load_config(str(conf)))
     db = StubDatabase()
-    d.db = db  # type: ignore[assignment]
-    d.db_ok = True
+    d = Dispatcher(load_config(str(conf)), db=db)  # type: ignore[arg-type]
+    d.link.up(0)
     d.stats.succeeded("a", 0.5)
     db.fail = psycopg.OperationalError("connection lost")
-    d._maybe_flush(d.last_flush + 1000.0, force=True)
+    d.pipeline.flush_stats(d.pipeline.last_flush + 1000.0, force=True)
     assert d.stats.pending(), "a failed flush must keep its deltas"
-    assert not d.db_ok  # the loop reconnects; the deltas wait for it
+    assert not d.link.connected  # the loop reconnects; the deltas wait for it
     db.fail = None
-    d.db_ok = True
-    d._maybe_flush(d.last_flush + 2000.0, force=True)
+    d.link.up(0)
+    d.pipeline.flush_stats(d.pipeline.last_flush + 2000.0, force=True)
     assert len(db.flushed) == 1 and db.flushed[0]["stages"] == ["a"]
     assert not d.stats.pending()
