@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 import selectors
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -115,6 +116,27 @@ class DatabaseLink:
     def worked(self) -> None:
         """A pipeline went through: the next query error holds for the first delay."""
         self.hold.reset()
+
+    def wait_ready(
+        self,
+        now: float,
+        deadline: float,
+        clock: Callable[[], float],
+        reconnect: Callable[[float], None],
+    ) -> bool:
+        """At shutdown: True if database work may run now; else sleep towards
+        the hold's end or the next reconnect (not past ``deadline``), reconnect
+        when that is due, and return False (the caller looks again)."""
+        if self.ready(now):
+            return True
+        if now >= deadline:
+            return False
+        if self.connected:
+            time.sleep(max(0.0, min(self.hold_until, deadline) - now))
+            return False
+        time.sleep(max(0.0, min(self.reconnect_at, deadline) - now))
+        reconnect(clock())
+        return False
 
     # == the listen socket ======================================================
     def watch_listen(self) -> None:

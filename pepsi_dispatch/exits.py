@@ -78,34 +78,9 @@ def log_exit(
     """Say how ``w`` ended (cooling its stage down where that is the answer);
     True if it started a cooldown."""
     exit_text = describe_exit(rc).removeprefix("worker ")
-    if kind is ExitKind.DIED_BEFORE_READING:
-        # Its head-of-line message never started, so nothing fails --
-        # otherwise a broken PROGRAM (bad arguments, a missing library) would
-        # slowly fail the whole backlog, one message per cooldown.
-        if pool is not None:
-            pool.start_cooldown(
-                now,
-                f"worker pid {w.pid} {exit_text} before reading its input"
-                f" ({n + n_undelivered} message(s) stay pending)",
-            )
-            return True
-    elif kind is ExitKind.TEMPFAIL:
-        # "I could not reach the database; nothing I held is done."
-        if pool is not None:
-            pool.start_cooldown(
-                now,
-                f"worker pid {w.pid} could not reach the database (exit {EX_TEMPFAIL});"
-                f" {n} message(s) released",
-            )
-            return True
-        log.warning(
-            "stage %s worker pid %d could not reach the database (exit %d); %d message(s) released",
-            w.stage,
-            w.pid,
-            EX_TEMPFAIL,
-            n,
-        )
-    elif kind is ExitKind.DB_DOWN:
+    if kind is ExitKind.DIED_BEFORE_READING or kind is ExitKind.TEMPFAIL:
+        return _cool_down(w, pool, kind, exit_text, n, n_undelivered, now)
+    if kind is ExitKind.DB_DOWN:
         log.warning(
             "stage %s worker pid %d %s while the database is unreachable;"
             " %d message(s) released, none failed",
@@ -130,6 +105,47 @@ def log_exit(
         )
     elif kind is ExitKind.EXITED:
         log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)
+    return False
+
+
+def _cool_down(
+    w: Worker,
+    pool: StagePool | None,
+    kind: ExitKind,
+    exit_text: str,
+    n: int,
+    n_undelivered: int,
+    now: float,
+) -> bool:
+    """A worker that died before reading, or exited 75: nothing it held is
+    done, nothing fails; its stage cools down. True if a cooldown started."""
+    if kind is ExitKind.DIED_BEFORE_READING:
+        # Its head-of-line message never started, so nothing fails --
+        # otherwise a broken PROGRAM (bad arguments, a missing library) would
+        # slowly fail the whole backlog, one message per cooldown.
+        if pool is None:
+            return False
+        pool.start_cooldown(
+            now,
+            f"worker pid {w.pid} {exit_text} before reading its input"
+            f" ({n + n_undelivered} message(s) stay pending)",
+        )
+        return True
+    # "I could not reach the database; nothing I held is done."
+    if pool is not None:
+        pool.start_cooldown(
+            now,
+            f"worker pid {w.pid} could not reach the database (exit {EX_TEMPFAIL});"
+            f" {n} message(s) released",
+        )
+        return True
+    log.warning(
+        "stage %s worker pid %d could not reach the database (exit %d); %d message(s) released",
+        w.stage,
+        w.pid,
+        EX_TEMPFAIL,
+        n,
+    )
     return False
 
 

@@ -1,21 +1,14 @@
-"""The dispatcher's event loop (SPEC §6): one process, one thread, one selector.
+"""The dispatcher's event loop: one process, one thread, one selector.
 
-The selector watches the LISTEN connection's socket, every worker's stdout and
-stderr (and stdin while a write is pending), and a self-pipe that signal
-handlers write to (``signal.set_wakeup_fd``). Its timeout is the earliest
-timer: the POLL_INTERVAL heartbeat, the next paused row's due time, idle
-reaps, spawn cooldowns, MAX_RUNTIME deadlines, the stats flush, reconnects.
+The selector watches the LISTEN connection's socket, every worker's pipes
+and the signal self-pipe; its timeout is the earliest deadline, and 0 exactly
+when database work is planned. Each wake: events (answers, notifications,
+signals), reaping, timers (reconnect, heartbeat, watchdogs), reload, then
+the database work in one pipeline (pepsi_dispatch/pipeline.py) and the
+placement of claimed ids. docs/INTERNALS.md shows the parts and their states.
 
-Every iteration first drains all events (answers, notifications, exits), then
-does the database work of the iteration in one pipeline
-(:meth:`pepsi_dispatch.db.Database.iteration`: record failures, check ``0``
-answers, requeue due rows, ONE claim for every stage with room), then hands
-the claimed ids to workers, one write per worker.
-
-The invariant everything here protects: **an id is never in two workers at
-once**. A worker's unanswered ids go back to pending only after the worker
-is dead and reaped; a row handed to a worker stays on that worker's in-flight
-list until it is answered or the worker is gone.
+The invariant everything protects: **an id is never in two workers at once**
+(pepsi_dispatch/ledger.py).
 """
 
 from __future__ import annotations
@@ -29,7 +22,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import psycopg
 
@@ -44,6 +36,7 @@ from .privileges import check_access, config_files, log_files
 from .process import (
     become_subreaper,
 )
+from .signals import SelfPipe
 from .startup import open_database
 from .stats import Stats
 from .supervisor import Supervisor
@@ -120,8 +113,8 @@ class Dispatcher:
         self.signals_seen = 0
         #: a fatal error that ends the run after a graceful shutdown (exit 1).
         self.fatal: str | None = None
-        self._sig_r = self._sig_w = -1
-        self._old_handlers: dict[int, Any] = {}
+        #: signal handlers only set flags; their wakeup fd wakes the selector.
+        self.signals = SelfPipe()
         self.heartbeat_interval = self.dc.poll_interval
         if self.dc.competing:
             self.heartbeat_interval = min(self.heartbeat_interval, self.dc.orphan_timeout / 3)
@@ -150,23 +143,6 @@ class Dispatcher:
             stages or "(none)",
         )
 
-    def _install_signals(self) -> None:
-        self._sig_r, self._sig_w = os.pipe()
-        os.set_blocking(self._sig_r, False)
-        os.set_blocking(self._sig_w, False)
-        signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
-        self.sel.register(self._sig_r, selectors.EVENT_READ, ("signal", None))
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_signals(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(-1)
-        for fd in (self._sig_r, self._sig_w):
-            if fd >= 0:
-                os.close(fd)
-
     def _on_signal(self, signum: int, frame: object) -> None:
         # Runs between bytecodes of the main thread; only sets flags. The
         # wakeup fd already woke the selector.
@@ -181,7 +157,7 @@ class Dispatcher:
     # == the loop ================================================================
     def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
-        self._install_signals()
+        self.signals.install(self.sel, self._on_signal)
         # Orphaned grandchildren of workers come to us, to be reaped (see _reap).
         if not become_subreaper():
             log.debug("cannot become a child subreaper; escaped grandchildren go to init")
@@ -202,7 +178,7 @@ class Dispatcher:
                     elif kind == "listen":
                         self._on_listen(now)
                     else:
-                        self._drain_signal_pipe()
+                        self.signals.drain()
                 if self.signals_seen and not self.shutting_down:
                     self._begin_shutdown(now)
                 elif self.signals_seen > 1 and self.shutdown_deadline > now:
@@ -221,7 +197,7 @@ class Dispatcher:
                 if self.shutting_down and not self.workers.all():
                     return self._finish_shutdown()
         finally:
-            self._restore_signals()
+            self.signals.restore()
             self.db.close()
 
     def next_timeout(self, now: float) -> float:
@@ -258,13 +234,6 @@ class Dispatcher:
     def _answers_read(self) -> None:
         """Answers came in: a stage may have paused a row (pausing does not notify)."""
         self.pipeline.requeue_dirty = True
-
-    def _drain_signal_pipe(self) -> None:
-        try:
-            while os.read(self._sig_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def _on_listen(self, now: float) -> None:
         try:
@@ -312,32 +281,10 @@ class Dispatcher:
         """
         self.next_heartbeat = now + self.heartbeat_interval
         try:
-            self._check_registration(now)
+            self.pipeline.check_registration()
             self.db.heartbeat(self.dispatcher_id)
         except psycopg.Error as exc:
             self.link.lost(now, exc)
-
-    def _check_registration(self, now: float) -> None:
-        """Competing: were we declared dead (heartbeat older than ORPHAN_TIMEOUT)?
-
-        Then another replica has reset our running rows, and may already run
-        them. Before the heartbeat registers us again, every worker is killed
-        and every id it held, or that we owed a write for, is dropped: none of
-        them is ours any more (a late write would be refused by the fencing
-        token anyway, but the work itself must stop).
-        """
-        if not self.dc.competing or self.db.registered(self.dispatcher_id):
-            return
-        n_workers = len(self.workers.all())
-        held = self.workers.drop_all()
-        self.ledger.drop_all()
-        log.error(
-            "this replica was declared dead by another (its heartbeat was older than"
-            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
-            " %d message(s) they held; registering again",
-            n_workers,
-            held,
-        )
 
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.heartbeat_interval
@@ -346,7 +293,7 @@ class Dispatcher:
         # a claim in the same pipeline as requeue_due goes unbounded).
         self.ledger.forget_floors()
         try:
-            self._check_registration(now)
+            self.pipeline.check_registration()
             self.db.heartbeat(self.dispatcher_id, gauges.collect(self))
             self.db.ping_listen()
             self._on_listen(now)  # notifications that arrived during the ping
@@ -394,15 +341,12 @@ class Dispatcher:
         """Reconnected, the lock ours: are we still registered, and which rows
         do we hold that no worker has? Raises psycopg.Error."""
         # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
-        self._check_registration(now)
+        self.pipeline.check_registration()
         self.db.heartbeat(self.dispatcher_id)
         # Rows the database says we hold but no worker has (a claim that
         # committed while its answer was lost) go back to pending; rows
         # with an owed failure or answer check are left for those writes.
-        stray = self.pipeline.strays()
-        if stray:
-            self.db.release(self.dispatcher_id, stray)
-            log.info("released %d claimed row(s) no worker had", len(stray))
+        self.pipeline.release_strays()
 
     def _abort_fatal(self) -> None:
         """Another dispatcher owns the database: kill our workers and stop.
@@ -497,21 +441,17 @@ class Dispatcher:
         deadline = self.clock() + max(self.dc.shutdown_timeout, 1.0)
         while True:
             now = self.clock()
-            link = self.link
-            if not link.ready(now):
-                if now >= deadline:
-                    log.error(
-                        "stopped without %s: held rows stay running "
-                        "until the next dispatcher resets them",
-                        "a database connection" if not link.connected else "settling them (errors)",
-                    )
-                    return 1
-                if link.connected:
-                    time.sleep(max(0.0, min(link.hold_until, deadline) - now))
+            if not self.link.wait_ready(now, deadline, self.clock, self._reconnect):
+                if now < deadline:
                     continue
-                time.sleep(max(0.0, min(link.reconnect_at, deadline) - now))
-                self._reconnect(self.clock())
-                continue
+                log.error(
+                    "stopped without %s: held rows stay running "
+                    "until the next dispatcher resets them",
+                    "a database connection"
+                    if not self.link.connected
+                    else "settling them (errors)",
+                )
+                return 1
             try:
                 n = self.pipeline.settle_at_exit()
             except psycopg.Error as exc:

@@ -413,6 +413,36 @@ class Pipeline:
         checks = self.ledger.checks_to_verify(held)
         return self.ledger.strays(held, self.db.stages_of(checks) if checks else None)
 
+    def check_registration(self) -> None:
+        """Competing: were we declared dead (heartbeat older than ORPHAN_TIMEOUT)?
+
+        Then another replica has reset our running rows, and may already run
+        them. Before the heartbeat registers us again, every worker is killed
+        and every id it held, or that we owed a write for, is dropped: none of
+        them is ours any more (a late write would be refused by the fencing
+        token anyway, but the work itself must stop).
+        """
+        if not self.dc.competing or self.db.registered(self.dispatcher_id):
+            return
+        n_workers = len(self.workers.all())
+        held = self.workers.drop_all()
+        self.ledger.drop_all()
+        log.error(
+            "this replica was declared dead by another (its heartbeat was older than"
+            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
+            " %d message(s) they held; registering again",
+            n_workers,
+            held,
+        )
+
+    def release_strays(self) -> None:
+        """After a reconnect: rows we hold that no worker has go back to pending
+        (rows with an owed failure or answer check are left for those writes)."""
+        stray = self.strays()
+        if stray:
+            self.db.release(self.dispatcher_id, stray)
+            log.info("released %d claimed row(s) no worker had", len(stray))
+
     def settle_fenced(self) -> None:
         """The lock is lost: send the owed writes about ids no worker holds and
         the stats (best effort). The writes are fenced by dispatcher_id, so they

@@ -170,6 +170,33 @@ def describe_exit(returncode: int) -> str:
     return f"worker exited with code {returncode}"
 
 
+def _start_child(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start a worker in its own session with non-blocking pipes."""
+    parent = os.getpid()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        close_fds=True,
+        start_new_session=True,
+        preexec_fn=lambda: _child_setup(parent),
+        bufsize=0,
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        os.set_blocking(f.fileno(), False)
+    # stderr is drained whenever the loop is not inside a database call;
+    # a 1 MiB pipe (Linux default 64 KiB) lets a flood continue through
+    # such a call without the worker ever blocking on a write.
+    try:
+        fcntl.fcntl(proc.stderr.fileno(), _F_SETPIPE_SZ, STDERR_PIPE_SIZE)
+    except OSError:
+        pass  # above /proc/sys/fs/pipe-max-size: keep the default
+    return proc
+
+
 class Life(enum.Enum):
     """A worker's life. It only moves forward, and only through Worker's methods::
 
@@ -207,18 +234,7 @@ class Worker:
         if config_file:
             argv += ["-c", config_file]
         argv.append("worker")
-        parent = os.getpid()
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env),
-            close_fds=True,
-            start_new_session=True,
-            preexec_fn=lambda: _child_setup(parent),
-            bufsize=0,
-        )
+        self.proc = _start_child(argv, env)
         self.pid: int = self.proc.pid
         self.stage = stage
         self.generation = generation
@@ -226,15 +242,6 @@ class Worker:
         self.stdin_fd: int | None = self.proc.stdin.fileno()
         self.stdout_fd: int | None = self.proc.stdout.fileno()
         self.stderr_fd: int | None = self.proc.stderr.fileno()
-        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
-            os.set_blocking(fd, False)
-        # stderr is drained whenever the loop is not inside a database call;
-        # a 1 MiB pipe (Linux default 64 KiB) lets a flood continue through
-        # such a call without the worker ever blocking on a write.
-        try:
-            fcntl.fcntl(self.stderr_fd, _F_SETPIPE_SZ, STDERR_PIPE_SIZE)
-        except OSError:
-            pass  # above /proc/sys/fs/pipe-max-size: keep the default
         #: ids written (or queued to write) and not answered, in order.
         self.inflight: deque[int] = deque()
         #: ids whose write failed with EPIPE (never reached the worker).
