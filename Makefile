@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { echo "$$out" >&2; exit 1; };
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
-.PHONY: help system-deps install db demo test test-sql test-python lint bench stop-db clean chaos failover
+.PHONY: help system-deps install db demo demo-stop test test-sql test-python lint bench stop-db clean man chaos failover
 
 help:
 	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
@@ -20,6 +20,8 @@ help:
 	@echo "make lint      ruff"
 	@echo "make chaos     randomized fault soak, both modes (CHAOS_SECONDS=300 per mode, CHAOS_SEED, CHAOS_FAULTS)"
 	@echo "make failover  primary + synchronous hot standby; promote under load (tests/chaos/failover.py)"
+	@echo "make man       man/*.1, man/*.5 from --help and docs/CONFIG.md (the wheel installs them)"
+	@echo "make demo-stop stop the embedded PostgreSQL that make demo/db leave running"
 
 # System packages: PostgreSQL server, pgTAP and pg_prove, and headless Chromium with its
 # driver for the dashboard's browser test. Installed when missing and running as root
@@ -58,10 +60,13 @@ db: install system-deps
 stop-db:
 	@$(PY) -m pepsi_dispatch.embedded stop .pepsi
 
+demo-stop: stop-db
+
 demo: install system-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_demo)}"; \
 	$(MIGRATE) \
-	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.demo
+	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.demo; \
+	if [ -z "$${PEPSI_DSN:-}" ]; then echo "The embedded PostgreSQL under .pepsi/ is still running; stop it with: make demo-stop"; fi
 
 test: test-sql test-python
 
@@ -87,6 +92,11 @@ bench: install system-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_bench)}"; \
 	$(MIGRATE) \
 	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.bench $(BENCH_ARGS)
+
+# Man pages: generated from the click commands and docs/CONFIG.md; committed, so
+# that the wheel can install them (a test checks they are current).
+man: install
+	$(PY) -m pepsi_dispatch.manpages man docs/CONFIG.md
 
 clean: stop-db
 	rm -rf .pepsi $(VENV) *.egg-info

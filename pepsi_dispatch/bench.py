@@ -390,6 +390,18 @@ def main(argv: list[str] | None = None) -> int:
         help="each throughput run alone and with pepsi-httpd's /metrics scraped every SECONDS,"
         " side by side (default worker sdk-gc; see pepsi_dispatch/bench_scrape.py)",
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="side by side with graphile-worker, procrastinate, PgQueuer and the pgbench"
+        " commit floor, 1 stage (see pepsi_dispatch.bench_peers); installs them first",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="--peers: interleaved rounds")
+    parser.add_argument("--peers-dir", default=".bench-peers", help="--peers: scratch folder")
+    parser.add_argument("--peers-only", default="", help="--peers: regex of systems to run")
+    parser.add_argument(
+        "--costs", action="store_true", help="--peers: per-message CPU, WAL, commits, fsyncs"
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
@@ -401,6 +413,18 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             machine_facts(conn)
         return compare(dsn, args)
+    if args.peers:
+        from pepsi_dispatch import bench_peers
+
+        return bench_peers.main(
+            dsn,
+            args.messages,
+            args.runs,
+            Path(args.peers_dir),
+            args.timeout,
+            args.peers_only,
+            args.costs,
+        )
     workers = args.worker or (["sdk-gc"] if args.group_commit else ["sdk", "sdk-gc", "raw"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         machine_facts(conn)

@@ -1,6 +1,6 @@
 """The ``pepsi-dispatch`` command line.
 
-``pepsi-dispatch [-c FILE] [-L LEVEL] [-l LOGFILE] [-v|--version] [-h] serve``
+``pepsi-dispatch [-c FILE] [-L LEVEL] [-l LOGFILE] [-v|--version] [-h] serve [--check]``
 
 Exit codes: 0 clean shutdown (and -h/-v); 2 usage or configuration errors
 (:class:`pepsi_dispatch.errors.UsageError`, click usage errors), reported as one
@@ -14,12 +14,16 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
 from pepsi_dispatch import __version__
 from pepsi_dispatch.clirun import config_option, run_click
 from pepsi_dispatch.logsetup import logs_to_file, parse_level, setup_logging
+
+if TYPE_CHECKING:
+    from pepsi_dispatch import checks
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -64,22 +68,102 @@ def cli(ctx: click.Context, config_path: str | None, level: str, logfile: str | 
 
 
 @cli.command(help="Run the dispatcher until SIGINT/SIGTERM.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Run every start-up check (configuration, each PROGRAM and its interpreter"
+    " as SERVICE_USER, database, schema at head, grants), print the results and"
+    " exit 0 or 2 without serving.",
+)
 @click.pass_obj
-def serve(opts: _Options) -> int:
-    """Load the configuration, set up logging, drop root, then run the event loop."""
-    from pepsi_dispatch.config import load_config
+def serve(opts: _Options, check: bool) -> int:
+    """Load the configuration, set up logging, drop root, check, then run the event loop."""
+    from pepsi_dispatch import checks
+    from pepsi_dispatch.config import ConfigError, load_config
     from pepsi_dispatch.privileges import drop_privileges
 
+    if check:
+        return _check(opts)
     config = load_config(opts.config)
-    setup_logging(opts.level, opts.logfile)
+    setup_logging(opts.level, opts.logfile, config.dispatch.log_format)
     log.debug("configuration: %s", config.path or "built-in defaults")
+    problem = checks.no_config_problem(config)
+    if problem:
+        raise ConfigError(problem)
     # Import the whole serving code while still root: after the drop, the service
     # user may not be able to read the interpreter's library (a Python under /root).
     import pepsi_dispatch.loop as loop_module
 
     drop_privileges(config.dispatch.service_user)
+    bad = [c for c in checks.program_checks(config) if not c.ok]
+    if bad:
+        raise ConfigError("; ".join(f"{c.name}: {c.detail}" for c in bad))
     rc = loop_module.serve(config)
     return 0 if rc is None else int(rc)
+
+
+def _service_user_check(service_user: str) -> checks.Check:
+    """The ``service user`` check after the privilege drop: who we run as."""
+    from pepsi_dispatch import checks
+
+    me = checks.current_user()
+    not_used = "" if me == service_user else f" (not root: SERVICE_USER {service_user} not used)"
+    return checks.Check("service user", True, f"running as {me}{not_used}")
+
+
+def _check(opts: _Options) -> int:
+    """``serve --check``: each check's result on stdout; 0 if all pass, else 2."""
+    from pepsi_dispatch import checks
+    from pepsi_dispatch.config import ConfigError, load_config
+    from pepsi_dispatch.errors import PepsiError
+    from pepsi_dispatch.privileges import drop_privileges
+
+    results: list[checks.Check] = []
+
+    def done() -> int:
+        failed = [c for c in results if not c.ok]
+        for c in results:
+            click.echo(c.line())
+        if failed:
+            click.echo(f"{PROG}: {len(failed)} of {len(results)} check(s) failed")
+            return 2
+        click.echo(f"{PROG}: all {len(results)} checks passed")
+        return 0
+
+    try:
+        config = load_config(opts.config)
+    except ConfigError as exc:
+        results.append(checks.Check("configuration", False, str(exc)))
+        return done()
+    setup_logging(opts.level, opts.logfile, config.dispatch.log_format)
+    problem = checks.no_config_problem(config)
+    results.append(
+        checks.Check(
+            "configuration",
+            problem is None,
+            problem or f"{config.path or 'built-in defaults'}: {len(config.stages)} stage(s)",
+        )
+    )
+    try:
+        from pepsi_dispatch.migrate import head_revision
+
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin chatter
+        head: str | None = head_revision()  # read while still root
+    except Exception as exc:  # noqa: BLE001 -- reported as a failed check
+        head = None
+        results.append(checks.Check("migrations", False, f"cannot read them: {exc}"))
+    import psycopg  # noqa: F401 -- imported while still root, like serve
+
+    try:
+        drop_privileges(config.dispatch.service_user)
+    except PepsiError as exc:
+        results.append(checks.Check("service user", False, str(exc)))
+        return done()
+    results.append(_service_user_check(config.dispatch.service_user))
+    results.extend(checks.program_checks(config))
+    results.extend(checks.database_checks(config.dsn, head))
+    results.extend(checks.worker_dsn_checks(config))
+    return done()
 
 
 def _report(message: str) -> None:

@@ -221,6 +221,13 @@ def _optional_str_opt(text: str) -> str | None:
     return text.strip() or None
 
 
+def _log_format_opt(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("text", "json"):
+        raise _Bad("must be text or json")
+    return value
+
+
 def _next_opt(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for name in text.split():
@@ -254,6 +261,7 @@ class StageConfig:
     #: paused for retry_delay x 2^retries, capped by retry_delay_max, with jitter.
     retry_delay: float | None = None
     retry_delay_max: float | None = None
+    worker_dsn: str | None = None  # WORKER_DSN: PEPSI_DSN of its workers (None: global)
 
 
 @dataclass(frozen=True)
@@ -272,6 +280,8 @@ class DispatchConfig:
     competing: bool = False
     orphan_timeout: float = 300.0
     retention: float = 7 * 86400.0  # 0 = keep done rows
+    worker_dsn: str | None = None  # WORKER_DSN: PEPSI_DSN of workers (None: the DSN)
+    log_format: str = "text"  # LOG_FORMAT: text | json
 
 
 @dataclass(frozen=True)
@@ -302,6 +312,8 @@ _DISPATCH_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "COMPETING": ("competing", _bool_value),
     "ORPHAN_TIMEOUT": ("orphan_timeout", _time_opt(False)),
     "RETENTION": ("retention", _time_opt(True)),
+    "WORKER_DSN": ("worker_dsn", _optional_str_opt),
+    "LOG_FORMAT": ("log_format", _log_format_opt),
 }
 _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PROGRAM": ("program", _str_opt),
@@ -313,6 +325,7 @@ _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PAUSED": ("paused", _bool_value),
     "RETRY_DELAY": ("retry_delay", _optional_time_opt),
     "RETRY_DELAY_MAX": ("retry_delay_max", _optional_time_opt),
+    "WORKER_DSN": ("worker_dsn", _optional_str_opt),
 }
 _DATABASE_OPTIONS = ("DSN",)
 _KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")

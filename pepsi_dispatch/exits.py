@@ -8,6 +8,7 @@ records its outcome in the ledger and statistics and says it in the log:
 - killed (MAX_RUNTIME, protocol error, watchdog): all are released (a
   timeout's head was already failed as ``timeout`` by the watchdog);
 - exit 75 (EX_TEMPFAIL): all are released, the stage cools down;
+- exit 78 (no stage in its configuration): all are released, ERROR, cool down;
 - ids never delivered (EPIPE) were released by the ledger when reaped.
 """
 
@@ -15,18 +16,19 @@ from __future__ import annotations
 
 import logging
 import signal
+from typing import TYPE_CHECKING
 
-from .ledger import Ledger
 from .pool import StagePool
 from .process import EX_TEMPFAIL, ExitKind, Worker, describe_exit
-from .stats import Stats
+
+if TYPE_CHECKING:
+    from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
 
 def settle_exit(
-    ledger: Ledger,
-    stats: Stats,
+    sup: Supervisor,
     w: Worker,
     pool: StagePool | None,
     kind: ExitKind,
@@ -34,14 +36,15 @@ def settle_exit(
     ids: list[int],
     n_undelivered: int,
     now: float,
-    shutting_down: bool,
 ) -> None:
     """Settle the unanswered ``ids`` of the dead worker ``w`` as ``kind`` says."""
+    shutting_down = sup.shutting_down
     if kind is ExitKind.CRASH:
         # A crash: the head-of-line message fails, the rest never ran.
         reason = describe_exit(rc)
-        ledger.crashed(ids, reason)
-        stats.crashed(w.stage, now - w.head_since)
+        sup.ledger.crashed(ids, reason)
+        sup.failwatch.failed(w.stage, reason)
+        sup.stats.crashed(w.stage, now - w.head_since)
         log.warning(
             "stage %s worker pid %d crashed: %s; message %d failed, %d released",
             w.stage,
@@ -51,8 +54,9 @@ def settle_exit(
             len(ids) - 1,
         )
     else:
-        ledger.release(ids)
-    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down)
+        sup.ledger.release(ids)
+    where = str(sup.config.path or "none loaded")
+    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, where)
     expected = w.stopping or shutting_down
     if (
         pool is not None
@@ -74,10 +78,13 @@ def log_exit(
     n_undelivered: int,
     now: float,
     shutting_down: bool,
+    config_path: str,
 ) -> bool:
     """Say how ``w`` ended (cooling its stage down where that is the answer);
     True if it started a cooldown."""
     exit_text = describe_exit(rc).removeprefix("worker ")
+    if kind is ExitKind.NO_STAGE:
+        return _no_stage(w, pool, rc, n + n_undelivered, now, config_path)
     if kind is ExitKind.DIED_BEFORE_READING or kind is ExitKind.TEMPFAIL:
         return _cool_down(w, pool, kind, exit_text, n, n_undelivered, now)
     if kind is ExitKind.DB_DOWN:
@@ -106,6 +113,30 @@ def log_exit(
     elif kind is ExitKind.EXITED:
         log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)
     return False
+
+
+def _no_stage(
+    w: Worker, pool: StagePool | None, rc: int, n: int, now: float, config_path: str
+) -> bool:
+    """The worker did not find its stage in its configuration and touched
+    nothing (worker SDK): no failure, the stage waits for a fixed config."""
+    if pool is None:
+        return False
+    if now >= pool.cooldown_until:
+        log.error(
+            "stage %s: worker pid %d found no stage %s in its configuration"
+            " (exit %d); fix PROGRAM or give it this dispatcher's file (%s:"
+            " PEPSI_CONFIG, or CONFIG_FILE in [pepsi-dispatch]); %d message(s)"
+            " stay pending",
+            w.stage,
+            w.pid,
+            w.stage,
+            rc,
+            config_path,
+            n,
+        )
+    pool.start_cooldown(now, f"worker pid {w.pid} does not know stage {w.stage}")
+    return True
 
 
 def _cool_down(

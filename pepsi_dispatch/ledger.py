@@ -120,12 +120,23 @@ class Ledger:
         self.releases.extend(undelivered)
 
     # -- the pipeline ------------------------------------------------------------
-    def owed(self) -> OwedWrites:
+    def owed(self, peek: bool = False) -> OwedWrites:
         """The writes to send now, the floors lowered for them first. Those about
         ids in flight again are dropped for good (never sent); the rest stay
-        owed until :meth:`released` / :meth:`sent`."""
-        self.lower_floors(OwedWrites(self.releases, self.failures, self.checks))
+        owed until :meth:`released` / :meth:`sent`.
+
+        ``peek``: only say what would be sent, changing nothing (the select
+        timeout asks this; dropping must wait until the wake that sends, whose
+        events may first have let go of an id).
+        """
         holder = self.holder
+        if peek:
+            return OwedWrites(
+                [i for i in self.releases if i not in holder],
+                [e for e in self.failures if e[0] not in holder],
+                [i for i in self.checks if i not in holder],
+            )
+        self.lower_floors(OwedWrites(self.releases, self.failures, self.checks))
         if holder and (self.failures or self.checks or self.releases):
             self.failures = [e for e in self.failures if e[0] not in holder]
             self.checks = [i for i in self.checks if i not in holder]

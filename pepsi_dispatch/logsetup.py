@@ -2,21 +2,32 @@
 
 One line per record::
 
-    2026-11-29 19:00:00.123 INFO pepsi-dispatch[4711]: message
+    2026-11-29 19:00:00.123+01:00 INFO pepsi-dispatch[4711]: message
 
 to stderr, or appended to a log file (re-opened when logrotate moves it away).
+``LOG_FORMAT = json`` makes that one JSON object per line instead (keys ``time``,
+``level``, ``program``, ``pid``, ``logger``, ``message``). Under systemd, when
+stderr is the journal's stream (``$JOURNAL_STREAM``), text lines drop their
+timestamp (journald adds its own) and start with the syslog priority, ``<3>``
+for errors, so the journal keeps each line's level.
 Modules log through ``logging.getLogger(__name__)``; this configures the root logger.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
+import os
 import sys
+from datetime import datetime
 
 from pepsi_dispatch.errors import UsageError
 
-__all__ = ["LEVELS", "logs_to_file", "parse_level", "setup_logging"]
+__all__ = ["FORMATS", "LEVELS", "logs_to_file", "parse_level", "setup_logging"]
+
+#: LOG_FORMAT values.
+FORMATS = ("text", "json")
 
 #: Accepted -L values (case-insensitive); GNUnet's names map onto Python's levels.
 LEVELS: dict[str, int] = {
@@ -31,16 +42,72 @@ LEVELS: dict[str, int] = {
 }
 
 
-class _Formatter(logging.Formatter):
-    default_time_format = "%Y-%m-%d %H:%M:%S"
-    default_msec_format = "%s.%03d"
+def _timestamp(record: logging.LogRecord) -> str:
+    """Local time with its UTC offset, milliseconds: 2026-11-29 19:00:00.123+01:00."""
+    when = datetime.fromtimestamp(record.created).astimezone()
+    return when.isoformat(sep=" ", timespec="milliseconds")
 
-    def __init__(self, program: str) -> None:
-        super().__init__(f"%(asctime)s %(levelname)s {program}[%(process)d]: %(message)s")
+
+class _Formatter(logging.Formatter):
+    def __init__(self, program: str, journal: bool = False) -> None:
+        self.journal = journal
+        fmt = f"%(levelname)s {program}[%(process)d]: %(message)s"
+        super().__init__(fmt if journal else "%(asctime)s " + fmt)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return _timestamp(record)
 
     def format(self, record: logging.LogRecord) -> str:
         # Keep one record on one line: indent continuation lines (tracebacks included).
-        return super().format(record).replace("\n", "\n    ")
+        text = super().format(record).replace("\n", "\n    ")
+        if self.journal:
+            return f"<{_syslog_priority(record.levelno)}>{text}"
+        return text
+
+
+class _JsonFormatter(logging.Formatter):
+    def __init__(self, program: str) -> None:
+        super().__init__()
+        self.program = program
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": _timestamp(record),
+            "level": record.levelname,
+            "program": self.program,
+            "pid": record.process,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def _syslog_priority(levelno: int) -> int:
+    """sd-daemon(3) prefixes: 3 err, 4 warning, 6 info, 7 debug (2 crit)."""
+    if levelno >= logging.CRITICAL:
+        return 2
+    if levelno >= logging.ERROR:
+        return 3
+    if levelno >= logging.WARNING:
+        return 4
+    if levelno >= logging.INFO:
+        return 6
+    return 7
+
+
+def _stderr_is_journal() -> bool:
+    """True when stderr is the stream systemd connected to the journal ($JOURNAL_STREAM)."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    if not stream:
+        return False
+    try:
+        dev, ino = (int(x) for x in stream.split(":"))
+        st = os.fstat(sys.stderr.fileno())
+    except (ValueError, OSError, AttributeError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
 
 
 def parse_level(level: str) -> int:
@@ -58,9 +125,14 @@ def parse_level(level: str) -> int:
 
 
 def setup_logging(
-    level: str, logfile: str | None = None, program: str = "pepsi-dispatch"
+    level: str,
+    logfile: str | None = None,
+    log_format: str = "text",
+    program: str = "pepsi-dispatch",
 ) -> logging.Handler:
     """Configure the root logger: ``level`` and above to stderr, or to ``logfile``.
+
+    ``log_format`` is ``text`` or ``json`` (LOG_FORMAT).
 
     Replaces the handler installed by an earlier call. Returns the handler in use.
 
@@ -79,7 +151,10 @@ def setup_logging(
             ) from None
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter(program))
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter(program))
+    else:
+        handler.setFormatter(_Formatter(program, journal=not logfile and _stderr_is_journal()))
     root = logging.getLogger()
     for old in list(root.handlers):
         if getattr(old, "_pepsi", False):  # only ours: leave e.g. pytest's handlers alone

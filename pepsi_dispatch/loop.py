@@ -26,16 +26,16 @@ from dataclasses import replace
 import psycopg
 
 from . import gauges
-from .config import Config, ConfigError, apply_overlay, reread_config
+from .config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
 from .db import DELAYED, Database
 from .dblink import DatabaseLink, LinkState
 from .errors import FatalError
+from .failwatch import FailureWatch
 from .ledger import Ledger
 from .pipeline import Pipeline
 from .privileges import check_access, config_files, log_files
-from .process import (
-    become_subreaper,
-)
+from .process import become_subreaper
+from .sdnotify import Watchdog, notify
 from .signals import SelfPipe
 from .startup import open_database
 from .stats import Stats
@@ -86,6 +86,9 @@ class Dispatcher:
         #: who holds which id, the writes owed about ids (kept until the
         #: pipeline carrying them succeeds), the claim floors: pepsi_dispatch/ledger.py.
         self.ledger = Ledger(self.dc.competing)
+        #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
+        self.failwatch = FailureWatch(self.dc.stats_interval, clock())
+        self.watchdog = Watchdog()
         #: the workers: pepsi_dispatch/supervisor.py.
         self.workers = Supervisor(
             config,
@@ -94,6 +97,7 @@ class Dispatcher:
             self.ledger,
             lambda: self.link.connected,
             self._answers_read,
+            self.failwatch,
         )
         #: the database work of each wake: pepsi_dispatch/pipeline.py.
         self.pipeline = Pipeline(
@@ -115,10 +119,7 @@ class Dispatcher:
         self.fatal: str | None = None
         #: signal handlers only set flags; their wakeup fd wakes the selector.
         self.signals = SelfPipe()
-        self.heartbeat_interval = self.dc.poll_interval
-        if self.dc.competing:
-            self.heartbeat_interval = min(self.heartbeat_interval, self.dc.orphan_timeout / 3)
-        self.heartbeat_interval = max(self.heartbeat_interval, 0.05)
+        self.heartbeat_interval = _heartbeat_interval(self.dc)
 
     # == start-up ================================================================
     def start(self) -> None:
@@ -163,6 +164,7 @@ class Dispatcher:
             log.debug("cannot become a child subreaper; escaped grandchildren go to init")
         try:
             self.start()
+            notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
             now = self.clock()
             self.next_heartbeat = now + self.heartbeat_interval
             self.pipeline.requeue_at = now
@@ -211,7 +213,7 @@ class Dispatcher:
         # not spin the loop then).
         if db_ready and (
             (self.reload_pending and not self.shutting_down)
-            or self.pipeline.plan(now, self.shutting_down)
+            or self.pipeline.plan(now, self.shutting_down, peek=True)
         ):
             return 0.0
         t = INF
@@ -227,7 +229,8 @@ class Dispatcher:
             t = min(t, self.pipeline.flush_deadline(idle=db_ready and not self.workers.busy()))
         else:
             t = min(t, link.reconnect_at)
-        t = min(t, self.shutdown_deadline, self.workers.watchdogs.next_deadline(now))
+        t = min(t, self.shutdown_deadline, self.watchdog.due())
+        t = min(t, self.workers.watchdogs.next_deadline(now))
         return t - now
 
     # == events ==================================================================
@@ -252,6 +255,8 @@ class Dispatcher:
 
     def _timers(self, now: float) -> None:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
+        self.watchdog.tick(now)
+        self.failwatch.check(now)
         if not self.link.connected and now >= self.link.reconnect_at:
             self._reconnect(now)
         if self.link.ready(now) and now >= self.next_heartbeat:
@@ -427,6 +432,7 @@ class Dispatcher:
         if self.shutting_down:
             return
         self.shutting_down = True
+        notify("STOPPING=1")
         self.shutdown_deadline = now + self.dc.shutdown_timeout
         log.info(
             "stopping: no more claims; SIGTERM to %d worker(s), SHUTDOWN_TIMEOUT %g s",
@@ -474,14 +480,18 @@ class Dispatcher:
         return 0
 
 
-def serve(config: Config) -> int:
-    """Run the dispatcher with ``config`` until SIGINT/SIGTERM; returns the exit code.
+def _heartbeat_interval(dc: DispatchConfig) -> float:
+    """POLL_INTERVAL; competing, at most a third of ORPHAN_TIMEOUT; at least 50 ms."""
+    interval = dc.poll_interval
+    if dc.competing:
+        interval = min(interval, dc.orphan_timeout / 3)
+    return max(interval, 0.05)
 
-    Raises :class:`~pepsi_dispatch.errors.UsageError` (exit 2) when another
-    dispatcher holds the database or the overlay is bad at start-up, and
-    :class:`~pepsi_dispatch.errors.FatalError` (exit 1) for fatal runtime
-    errors such as a reloaded graph that does not parse.
-    """
+
+def serve(config: Config) -> int:
+    """Run the dispatcher until SIGINT/SIGTERM; returns the exit code. Raises
+    UsageError (exit 2: the database is served by another dispatcher, a bad
+    overlay at start-up) and FatalError (exit 1: e.g. a reload that does not parse)."""
     return Dispatcher(config).run()
 
 

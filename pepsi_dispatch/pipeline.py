@@ -108,8 +108,9 @@ class Pipeline:
             t = min(t, max(self.last_requeue + REQUEUE_AFTER_ANSWERS, blocked))
         return t
 
-    def plan(self, now: float, shutting_down: bool) -> Plan:
-        """The database work due now (empty while the database is not ready)."""
+    def plan(self, now: float, shutting_down: bool, peek: bool = False) -> Plan:
+        """The database work due now (empty while the database is not ready).
+        ``peek``: for the select timeout, changing nothing in the ledger."""
         if not self.link.ready(now):
             return Plan(OwedWrites())
         ledger = self.ledger
@@ -117,7 +118,7 @@ class Pipeline:
         # An id owed a write may meanwhile be in flight again at its next stage
         # (the stage advanced it, we claimed it, then read the old answer): the
         # ledger drops such writes (and lowers the floors first).
-        plan = Plan(ledger.owed(), requeue)
+        plan = Plan(ledger.owed(peek), requeue)
         # With a requeue in the pipeline, claim too: the claim runs after it and
         # picks up the rows it just made pending, in the same round trip.
         if (ledger.claim_needed or requeue) and not shutting_down:

@@ -3,8 +3,11 @@
 A :class:`StagePool` holds the live workers of one stage and decides where
 claimed ids go. Its invariants (SPEC §6):
 
-* never more than PARALLELISM workers (retiring ones count, so a reload or a
-  MAX_MESSAGES recycle never overshoots the cap);
+* never more than PARALLELISM workers *processing* (retiring ones count, so a
+  reload never overshoots the cap). A worker that nears MAX_MESSAGES gets a
+  *warm spare*: its replacement is started early but handed nothing -- it holds
+  no slot and processes nothing -- until the old worker has drained and given
+  its slot up; then the spare takes the slot at once, already started;
 * never more than QUEUE_LIMIT unanswered ids on one worker;
 * work packed onto the fewest workers: ids go to the fullest worker that still
   has room, and a new worker is spawned only when all are full -- so surplus
@@ -25,6 +28,8 @@ log = logging.getLogger(__name__)
 #: Spawn cooldown: first hold-off, then doubling up to the cap (seconds).
 COOLDOWN_FIRST = 1.0
 COOLDOWN_MAX = 60.0
+#: Assumed start-up time of a worker (spawn to first answer) until one is measured.
+STARTUP_GUESS = 0.5
 
 
 class StagePool:
@@ -40,6 +45,15 @@ class StagePool:
         self.cooldown_until = 0.0
         #: delay of the next cooldown (1 s doubling to 60 s; reset by an answer).
         self.cooldown = Backoff(COOLDOWN_FIRST, COOLDOWN_MAX)
+        #: warm spares: started, handed nothing, holding no slot (pids in ``workers``).
+        self.spares: set[int] = set()
+        #: workers that drained at MAX_MESSAGES and gave their slot up while exiting.
+        self.recycled: set[int] = set()
+        #: workers that already have a spare started for them.
+        self.heirs: set[int] = set()
+        #: spawn time per worker pid until its first answer; start-up estimate (s).
+        self.spawned_at: dict[int, float] = {}
+        self.startup = STARTUP_GUESS
 
     # -- numbers --------------------------------------------------------------
     @property
@@ -59,9 +73,17 @@ class StagePool:
 
     def room(self, w: Worker) -> int:
         """How many more ids ``w`` may take now."""
-        if w.retiring or w.stopping or w.eof or w.stdin_fd is None:
+        if w.retiring or w.stopping or w.eof or w.stdin_fd is None or w.pid in self.spares:
             return 0
         return max(0, min(self.queue_limit - len(w.inflight), self.max_messages - w.sent))
+
+    def holders(self) -> int:
+        """Workers holding a PARALLELISM slot: all but warm spares and recycled ones.
+
+        A recycled worker has drained (nothing in flight, stdin closed) and is
+        only exiting; a spare has been handed nothing yet. Neither processes.
+        """
+        return len(self.workers) - len(self.spares) - len(self.recycled)
 
     def inflight(self) -> int:
         """Unanswered ids on this stage's workers."""
@@ -71,7 +93,7 @@ class StagePool:
         """Ids this stage can place right now (what to claim).
 
         Room on live workers plus QUEUE_LIMIT per worker slot still free;
-        slots count only outside a spawn cooldown. This is PARALLELISM ×
+        during a spawn cooldown only slots a warm spare can take count. This is PARALLELISM ×
         QUEUE_LIMIT minus what is in flight, minus what retiring workers and
         MAX_MESSAGES make unusable -- so claimed ids always find a place.
         A PAUSED stage claims nothing (its workers finish what they hold).
@@ -79,9 +101,10 @@ class StagePool:
         if self.config.paused:
             return 0
         cap = sum(self.room(w) for w in self.workers)
-        if now >= self.cooldown_until:
-            cap += max(0, self.parallelism - len(self.workers)) * self.queue_limit
-        return cap
+        slots = max(0, self.parallelism - self.holders())
+        if now < self.cooldown_until:
+            slots = min(slots, len(self.spares))  # a started spare may still take a slot
+        return cap + slots * self.queue_limit
 
     # -- placement ---------------------------------------------------------------
     def place(
@@ -109,9 +132,13 @@ class StagePool:
                 if r > 0 and (best is None or len(w.inflight) > len(best.inflight)):
                     best, best_room = w, r
             if best is None:
-                if len(self.workers) >= self.parallelism or now < self.cooldown_until:
+                if self.holders() >= self.parallelism:
                     break
-                best = spawn(self)
+                best = self._promote()
+                if best is None and now < self.cooldown_until:
+                    break
+                if best is None:
+                    best = spawn(self)
                 if best is None:
                     break
                 best_room = self.room(best)
@@ -122,6 +149,53 @@ class StagePool:
             i += len(batch)
             out.append((best, batch))
         return out, ids[i:]
+
+    # -- recycling ---------------------------------------------------------------
+    def _promote(self) -> Worker | None:
+        """A warm spare takes a free slot (the oldest first); None if there is none."""
+        for w in self.workers:
+            if w.pid in self.spares and not (
+                w.retiring or w.stopping or w.eof or w.stdin_fd is None
+            ):
+                self.spares.discard(w.pid)
+                return w
+        return None
+
+    def answered(self, w: Worker, now: float) -> None:
+        """Note ``w``'s first answer: the start-up time of this stage's workers.
+
+        Only workers handed ids at once count (a spare's first answer also
+        includes its wait); a moving average follows the load of the box.
+        """
+        t0 = self.spawned_at.pop(w.pid, None)
+        if t0 is not None:
+            self.startup = 0.7 * self.startup + 0.3 * (now - t0)
+
+    def wants_spare(self, w: Worker, now: float) -> bool:
+        """Should a replacement for ``w`` start now, so it is warm when ``w`` drains?
+
+        Yes once ``w`` has been handed its last id, or earlier when, at its answer
+        rate so far, its remaining messages take less than twice the measured
+        start-up time of this stage's workers (at most one spare per worker).
+        """
+        if w.pid in self.heirs or w.pid in self.spares or w.retiring or w.stopping:
+            return False
+        if now < self.cooldown_until:
+            return False
+        if w.sent >= self.max_messages:
+            return True
+        if w.answered < self.queue_limit or not w.first_given:
+            return False  # too early to tell its rate
+        left = self.max_messages - w.answered
+        rate = w.answered / max(1e-3, now - w.first_given)
+        return left <= rate * 2 * self.startup + self.queue_limit
+
+    def forget(self, w: Worker) -> None:
+        """``w`` is gone (reaped): drop it from the recycling books."""
+        self.spares.discard(w.pid)
+        self.recycled.discard(w.pid)
+        self.heirs.discard(w.pid)
+        self.spawned_at.pop(w.pid, None)
 
     # -- cooldown ----------------------------------------------------------------
     def start_cooldown(self, now: float, why: str) -> None:
@@ -142,9 +216,33 @@ class StagePool:
         self.cooldown.reset()
 
 
-def worker_env(base: Mapping[str, str], stage: str, dsn: str, dispatcher_id: int) -> dict[str, str]:
-    """Environment of a worker: ours plus PEPSI_STAGE, PEPSI_DSN, PEPSI_DISPATCHER_ID."""
+#: libpq variables that may carry the dispatcher's password: never passed to a
+#: worker that has a WORKER_DSN of its own.
+PASSWORD_ENV = ("PGPASSWORD", "PGPASSFILE", "PGSERVICE", "PGSERVICEFILE")
+
+
+def worker_env(
+    base: Mapping[str, str],
+    stage: str,
+    dsn: str,
+    dispatcher_id: int,
+    config_path: object = None,
+    worker_dsn: str | None = None,
+) -> dict[str, str]:
+    """Environment of a worker: ours plus PEPSI_STAGE, PEPSI_DSN, PEPSI_DISPATCHER_ID.
+
+    ``PEPSI_CONFIG`` names the file the dispatcher loaded (``config_path``) unless
+    it is set already, so the worker's default search finds the same file. With a
+    ``worker_dsn`` (WORKER_DSN) that is its PEPSI_DSN and the libpq password
+    variables are dropped: the dispatcher's credentials never reach a worker.
+    """
     env = dict(base)
+    if worker_dsn:
+        dsn = worker_dsn
+        for name in PASSWORD_ENV:
+            env.pop(name, None)
+    if config_path is not None and not env.get("PEPSI_CONFIG"):
+        env["PEPSI_CONFIG"] = str(config_path)
     env["PEPSI_STAGE"] = stage
     env["PEPSI_DSN"] = dsn
     env["PEPSI_DISPATCHER_ID"] = str(dispatcher_id)

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Container, Iterable, Mapping
 
-from .protocol import MAX_LINE
+from .protocol import EXIT_NO_STAGE, MAX_LINE
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,9 @@ class ExitKind(enum.Enum):
     DIED_BEFORE_READING = "died before reading"
     #: Exit 75: "I could not reach the database; nothing I held is done".
     TEMPFAIL = "tempfail"
+    #: Exit 78 (EXIT_NO_STAGE): its stage is not in its configuration; it
+    #: touched nothing. Release all, log at ERROR, cool the stage down.
+    NO_STAGE = "no stage"
     #: It exited while the dispatcher had no database connection: release all.
     DB_DOWN = "database down"
     #: A crash: the head-of-line message fails, the rest go back to pending.
@@ -150,6 +153,8 @@ def classify_exit(
         return ExitKind.STOPPED
     if returncode == EX_TEMPFAIL:
         return ExitKind.TEMPFAIL
+    if returncode == EXIT_NO_STAGE:
+        return ExitKind.NO_STAGE
     if (unanswered or undelivered) and not started:
         return ExitKind.DIED_BEFORE_READING
     if not unanswered:

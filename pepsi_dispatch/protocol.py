@@ -21,6 +21,11 @@ OK: Final = "ok"
 FAILED: Final = "failed"
 PROTOCOL_ERROR: Final = "protocol_error"
 
+#: Exit code of a worker whose own stage is not in the configuration it found
+#: (EX_CONFIG of sysexits.h): it processed nothing; the dispatcher releases its
+#: messages, logs an ERROR naming the fix and holds the stage off.
+EXIT_NO_STAGE: Final = 78
+
 #: Answer lines longer than this are cut (and, being no valid answer of that
 #: length, end up as protocol errors or failures with a truncated reason).
 MAX_LINE: Final = 8192

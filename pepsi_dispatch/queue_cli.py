@@ -42,6 +42,7 @@ import psycopg
 
 from pepsi_dispatch import __version__
 from pepsi_dispatch.clirun import config_option, run_click
+from pepsi_dispatch.migrate import migrate_command
 from pepsi_dispatch.queue_watch import _age, _json_default, watch_status
 
 __all__ = ["PROG", "cli", "main"]
@@ -472,6 +473,10 @@ def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -
     click.echo(f"{'count':>7}  {'stage':<12} {'status':<8} reason  (newest ids)")
     for st, status_, reason, n, _oldest, _newest, ids in rows:
         click.echo(f"{n:>7}  {st:<12} {status_:<8} {reason}  ({', '.join(map(str, ids))})")
+
+
+# migrate lives in its own module (alembic is imported only when it runs).
+cli.add_command(migrate_command)
 
 
 def _report(message: str) -> None:

@@ -20,9 +20,11 @@ import selectors
 import subprocess
 from collections.abc import Callable
 
+from .checks import program_problem
 from .config import Config, DispatchConfig
 from .db import ids_text
 from .exits import settle_exit
+from .failwatch import FailureWatch
 from .ledger import Ledger
 from .pool import StagePool, worker_env
 from .process import Worker, classify_exit, reap_orphans
@@ -46,8 +48,11 @@ class Supervisor:
         ledger: Ledger,
         db_connected: Callable[[], bool],
         on_answers: Callable[[], None],
+        failwatch: FailureWatch,
     ) -> None:
         self.config = config
+        #: stages failing everything (ERROR once per STATS_INTERVAL).
+        self.failwatch = failwatch
         self.dc: DispatchConfig = config.dispatch
         self.sel = sel
         self.stats = stats
@@ -198,24 +203,35 @@ class Supervisor:
             w.answered += 1
             if line == b"0":  # the hot path
                 self.ledger.answered(wid, w.stage)
+                self.failwatch.succeeded.add(w.stage)
                 self.stats.succeeded(w.stage, seconds)
                 if debug:
                     log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
                 continue
             if not self._answer(w, pool, wid, line, seconds, now):
                 break
+        self._answered(w, pool, now)
+
+    def _answered(self, w: Worker, pool: StagePool | None, now: float) -> None:
+        """After a batch of answers: the stage works, a warm spare may be due,
+        room may have freed, and a drained worker may go."""
         if pool is not None and not w.killed:
             pool.success()
+            pool.answered(w, now)
+            if pool.wants_spare(w, now):
+                self._spawn_spare(pool, w, now)
         self.on_answers()
         self.ledger.want_claim()
-        if not inflight and not w.killed:
+        if not w.inflight and not w.killed:
             w.idle_since = now
             if not w.stopping:
                 if w.retiring:
                     self.stop(w, now, "retired by a reload")
                 elif pool is not None and w.sent >= pool.max_messages:
-                    # Recycled once drained; a replacement is spawned on demand.
+                    # Recycled once drained: it gives its slot up now, to its warm
+                    # spare if one was started (else a replacement spawns on demand).
                     self.stop(w, now, f"MAX_MESSAGES ({pool.max_messages}) reached")
+                    pool.recycled.add(w.pid)
 
     def _answer(
         self, w: Worker, pool: StagePool | None, wid: int, line: bytes, seconds: float, now: float
@@ -230,12 +246,14 @@ class Supervisor:
         if answer.kind == OK:
             fused = self._fused_allowed(w, answer.fused)
             self.ledger.answered(wid, fused[-1] if fused else w.stage)
+            self.failwatch.ok(w.stage)
             self.stats.succeeded(w.stage, seconds, fused)
             if debug:
                 log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
             return True
         if answer.kind == FAILED:
             self.ledger.failed(wid, "failed", answer.text)
+            self.failwatch.failed(w.stage, answer.text)
             self.stats.failed(w.stage, seconds)
             if debug:
                 log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
@@ -297,29 +315,49 @@ class Supervisor:
             log.info("[%s %d] %s", w.stage, w.pid, line)
 
     # == spawning and placing ====================================================
-    def spawn(self, pool: StagePool, now: float) -> Worker | None:
-        """A new worker for ``pool`` (None: it cannot start; the stage cools down)."""
-        env = worker_env(os.environ, pool.name, self.config.dsn, self.dispatcher_id)
+    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> Worker | None:
+        """A new worker for ``pool`` (None: it cannot start; the stage cools down).
+        A ``spare`` is started warm for a worker nearing MAX_MESSAGES."""
+        env = worker_env(
+            os.environ,
+            pool.name,
+            self.config.dsn,
+            self.dispatcher_id,
+            self.config.path,
+            pool.config.worker_dsn or self.dc.worker_dsn,
+        )
         try:
             w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
+            # The exact cause (an interpreter, not the script, may be at fault).
+            why = program_problem(pool.config.program) or exc
             pool.start_cooldown(
-                now, f"cannot start PROGRAM {pool.config.program!r}: {exc} (rows stay pending)"
+                now, f"cannot start PROGRAM {pool.config.program!r}: {why} (rows stay pending)"
             )
             return None
         pool.workers.append(w)
+        if spare:
+            pool.spares.add(w.pid)
+        else:
+            pool.spawned_at[w.pid] = now
         self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
         self.sel.register(w.stderr_fd, selectors.EVENT_READ, ("err", w))
         log.info(
-            "stage %s: worker pid %d started (%d/%d)",
+            "stage %s: worker pid %d started (%d/%d)%s",
             pool.name,
             w.pid,
-            len(pool.workers),
+            pool.holders(),
             pool.parallelism,
+            " as a warm spare (MAX_MESSAGES recycle)" if spare else "",
         )
         return w
+
+    def _spawn_spare(self, pool: StagePool, old: Worker, now: float) -> None:
+        """Start ``old``'s replacement now, handed nothing until ``old`` drains."""
+        pool.heirs.add(old.pid)
+        self.spawn(pool, now, spare=True)
 
     def place(
         self, claimed: list[tuple[int, str]], now: float, spawn_now: Callable[[], float]
@@ -479,6 +517,7 @@ class Supervisor:
         w.close_fds()
         if pool is not None:
             pool.workers.remove(w)
+            pool.forget(w)
             if pool in self.leftover and not pool.workers:
                 self.leftover.remove(pool)
         ids = list(w.inflight)
@@ -497,18 +536,7 @@ class Supervisor:
             started=started,
             db_connected=self.db_connected(),
         )
-        settle_exit(
-            self.ledger,
-            self.stats,
-            w,
-            pool,
-            kind,
-            rc,
-            ids,
-            len(undelivered),
-            now,
-            self.shutting_down,
-        )
+        settle_exit(self, w, pool, kind, rc, ids, len(undelivered), now)
         self.ledger.want_claim()
 
 

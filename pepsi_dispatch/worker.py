@@ -69,6 +69,8 @@ import psycopg
 from psycopg import pq
 from psycopg.types.json import Jsonb
 
+from pepsi_dispatch.protocol import EXIT_NO_STAGE
+
 from .backoff import Backoff
 
 __all__ = [
@@ -487,11 +489,21 @@ class _Worker:
         outcomes: list[_Outcome] = []
         self._deferred = []
         self._lost_slots = {}
+        ending: BaseException | None = None
         with self.conn.transaction():
             for line, value, row in loaded:
                 self._slot = len(outcomes)
                 scope = _Scope(self.conn, before_push=self._flush)
-                outcome = self._process(line, value, row, scope, group=True)
+                try:
+                    outcome = self._process(line, value, row, scope, group=True)
+                except (SystemExit, KeyboardInterrupt) as exc:
+                    # A handler ends the process (sys.exit): commit and answer the
+                    # messages before it first, so that this one is the head of line
+                    # the dispatcher blames, not the group's first, innocent message.
+                    scope.rollback_to(0)
+                    self._deferred = [d for d in self._deferred if d[2] != self._slot]
+                    ending = exc
+                    break
                 scope.commit()
                 outcomes.append(outcome)
                 if self.stop:
@@ -501,6 +513,8 @@ class _Worker:
             print(f"pepsi worker: {lost}", file=sys.stderr)
             outcomes[slot] = _Outcome(f"1 {_one_line(lost)}", False)
         self._answer([o.answer for o in outcomes])
+        if ending is not None:
+            raise ending
 
     def _flush(self) -> None:
         """Send the deferred statements of the batch in one pipeline; note rows lost."""
@@ -876,8 +890,9 @@ def run(
 
     Exit status: 0 after EOF or SIGTERM/SIGINT, 2 for usage or configuration
     errors, 75 (EX_TEMPFAIL) when the database cannot be reached (at start, or
-    reconnecting gave up after PEPSI_WORKER_RECONNECT_TIMEOUT), 1 for other
-    fatal errors.
+    reconnecting gave up after PEPSI_WORKER_RECONNECT_TIMEOUT), 78 (EX_CONFIG)
+    when ``$PEPSI_STAGE`` is not a stage of the configuration found (no message
+    is touched), 1 for other fatal errors.
     """
     sys.exit(_main(handlers, group_commit, sys.argv[1:] if argv is None else argv))
 
@@ -936,6 +951,13 @@ def _main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) 
                 "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
                 " schema; run 'alembic upgrade head' with PEPSI_DSN set"
             )
+        if successors is None or stage not in successors:
+            # Every message would fail on its transition: touch none of them.
+            _fail_start(
+                f"stage {stage} is not in the configuration ({config_name}); start the"
+                " worker with the dispatcher's file (PEPSI_CONFIG or -c)"
+            )
+            return EXIT_NO_STAGE
         worker = _Worker(
             handlers,
             stage,

@@ -3,7 +3,7 @@
 payload = {"plan": {STAGE: STEP, ...}} with STEP one of
   {"op": "advance", "to": "b", "fuse": false}   {"op": "finish"}
   {"op": "pause", "seconds": 30, "reason": "..."}  {"op": "fail", "reason": "..."}
-  {"op": "raise", "message": "..."}  {"op": "none"}  {"op": "bogus"}
+  {"op": "raise", "message": "..."}  {"op": "none"}  {"op": "bogus"}  {"op": "exit", "code": 3}
   ("raise" with "below": N raises only while msg.retries < N, then finishes)
 and optional keys: "print": text (written with print()), "sleep": seconds,
 "state": {...} (merged into msg.state), "append": value (appended in place to
@@ -54,6 +54,8 @@ def handle(msg: Message):
         raise ValueError(step["message"])
     if op == "none":
         return None
+    if op == "exit":
+        sys.exit(step["code"])
     if op == "badpause":
         return Pause("soon")
     return "bogus"

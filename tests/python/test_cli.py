@@ -19,7 +19,8 @@ from pepsi_dispatch.errors import FatalError, UsageError
 
 SCRIPT = Path(sys.executable).with_name("pepsi-dispatch")
 LINE_RE = re.compile(
-    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) pepsi-dispatch\[\d+\]: .*"
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"  # local time, its UTC offset
+    r" (DEBUG|INFO|WARNING|ERROR) pepsi-dispatch\[\d+\]: .*"
 )
 
 
@@ -58,8 +59,14 @@ def assert_one_error_line(stderr: str) -> str:
 
 
 @pytest.fixture
-def fake_loop(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
-    """Install a fake pepsi_dispatch.loop whose serve() records its call."""
+def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.SimpleNamespace:
+    """Install a fake pepsi_dispatch.loop whose serve() records its call.
+
+    $PEPSI_CONFIG names a one-stage file: with no file and no stage serve refuses.
+    """
+    conf = tmp_path / "found.conf"
+    conf.write_text("[stage-a]\nPROGRAM = /bin/true\n")
+    monkeypatch.setenv("PEPSI_CONFIG", str(conf))
     state = types.SimpleNamespace(config=None, result=0, raises=None, calls=[])
     module = types.ModuleType("pepsi_dispatch.loop")
 

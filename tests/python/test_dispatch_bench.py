@@ -67,3 +67,26 @@ def test_idle_enqueue_to_worker_latency(h: Harness) -> None:
     print("LATENCY", json.dumps(result))
     assert p50 < 100, result
     assert d.terminate() == 0
+
+
+def test_peers_bench_table_and_costs(h: Harness, capsys) -> None:
+    """`make bench BENCH_ARGS=--peers` machinery, ours and the pgbench floor only (no
+    install): one table with medians and ratios, and the per-message cost table."""
+    from pepsi_dispatch import bench_peers
+
+    rc = bench_peers.main(
+        h.dsn,
+        messages=300,
+        runs=1,
+        folder=h.tmp / "peers",
+        timeout=120,
+        only="throughput settings: raw|shipped defaults \\(SDK",
+        costs=True,
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "| pepsi-dispatch, throughput settings: raw worker, P4 × Q64 |" in out
+    assert "| pepsi-dispatch, shipped defaults (SDK, PARALLELISM 4 only) |" in out
+    assert "| pgbench floor: one-row-update commits, 8 clients (tps) |" in out
+    assert "per message (median of 1 runs" in out
+    assert not (h.tmp / "peers").exists()  # nothing installed for our systems alone

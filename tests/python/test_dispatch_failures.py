@@ -133,7 +133,11 @@ def test_nonzero_answer_fails_only_that_message(h: Harness) -> None:
 
 
 def test_missing_program_cools_down_then_recovers(h: Harness) -> None:
-    conf = h.conf({"a": {"PROGRAM": str(h.tmp / "no-such-program")}})
+    # serve refuses to start when a PROGRAM of its file cannot run (exit 2); one
+    # that goes missing later (here: through the database overlay) holds the
+    # stage off until it is fixed.
+    conf = h.conf({"a": {"PROGRAM": h.program()}})
+    h.set_config("stage-a", "PROGRAM", str(h.tmp / "no-such-program"))
     d = h.start(conf)
     ids = h.enqueue("a", 3)
     wait_until(

@@ -294,6 +294,10 @@ def test_parse_answer_never_raises_on_long_numbers() -> None:
         (False, False, False, 3, 2, 0, True, False, "DB_DOWN"),
         (False, False, False, 3, 2, 0, True, True, "CRASH"),
         (False, False, False, -11, 1, 0, True, True, "CRASH"),
+        # exit 78: the stage is not in the worker's configuration; nothing fails
+        (False, False, False, 78, 2, 0, False, True, "NO_STAGE"),
+        (False, False, False, 78, 1, 0, True, True, "NO_STAGE"),
+        (True, False, False, 78, 1, 0, True, True, "KILLED"),
     ],
 )
 def test_classify_exit(

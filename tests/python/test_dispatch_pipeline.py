@@ -231,3 +231,43 @@ def test_stats_flushed_every_stats_interval_under_load(h: Harness) -> None:
     h.wait_all("done", timeout=60)
     wait_until(lambda: h.dispatch_stats()["messages"] == n, 10)
     assert d.terminate() == 0
+
+
+def test_max_messages_recycle_starts_a_warm_spare(h: Harness) -> None:
+    """A worker nearing MAX_MESSAGES gets its replacement started early (a warm
+    spare, handed nothing), which takes over its slot once it has drained: the
+    spare is started before the old worker stops, and at no moment do more than
+    PARALLELISM workers hold unanswered ids."""
+    p, limit = 2, 20
+    stages = h.pipeline(["a"], PARALLELISM=p, QUEUE_LIMIT=4, MAX_MESSAGES=limit)
+    d = h.start(h.conf(stages, WORKER_IDLE_TIMEOUT="30 s"))
+    n = 120
+    h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(n)])
+    h.wait_all("done", timeout=60)
+    log = h.wlog()
+    per_pid: dict[int, int] = {}
+    for r in log.runs:
+        per_pid[r.pid] = per_pid.get(r.pid, 0) + 1
+    assert sum(per_pid.values()) == n
+    assert max(per_pid.values()) <= limit, per_pid
+    # processing workers (holding a read, unanswered id) never exceed PARALLELISM
+    events = sorted(
+        [(r.start, 1, r.pid) for r in log.holds] + [(r.end or 0, -1, r.pid) for r in log.holds],
+        key=lambda e: (e[0], e[1]),
+    )
+    open_ids: dict[int, int] = {}
+    most = 0
+    for _, delta, pid in events:
+        open_ids[pid] = open_ids.get(pid, 0) + delta
+        most = max(most, sum(1 for v in open_ids.values() if v > 0))
+    assert most <= p, f"{most} workers held unanswered ids at once"
+    # the replacement was started before the worker it replaces drained and stopped
+    text = d.log()
+    lines = text.splitlines()
+    spare_at = [i for i, line in enumerate(lines) if "as a warm spare" in line]
+    stop_at = [i for i, line in enumerate(lines) if f"stopped (MAX_MESSAGES ({limit})" in line]
+    assert stop_at, text
+    assert spare_at and spare_at[0] < stop_at[0], text
+    assert len(spare_at) >= len(stop_at) - 1, text
+    assert h.overlaps() == []
+    assert d.terminate() == 0

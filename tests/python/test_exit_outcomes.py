@@ -116,6 +116,19 @@ def test_invariant_5_tempfail_75_releases_all():
     assert owed.failures == [] and owed.releases == [3, 4]
 
 
+def test_invariant_5_no_stage_78_releases_all():
+    """Invariant 5, exit 78 (its stage is not in its configuration): it touched
+    nothing, so all are released and none failed (the stage cools down)."""
+    from pepsi_dispatch.protocol import EXIT_NO_STAGE
+
+    w, ledger = W(), Ledger()
+    ledger.hand([3, 4], w)
+    kind = kind_of(EXIT_NO_STAGE, unanswered=2, started=False)
+    assert kind is ExitKind.NO_STAGE
+    owed = settle(kind, w, ledger, [3, 4], [])
+    assert owed.failures == [] and owed.releases == [3, 4]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "kind"),
     [

@@ -227,3 +227,17 @@ def test_drop_all_forgets_everything_after_being_declared_dead():
     ledger.claimed_pass()
     ledger.drop_all()
     assert ledger.holder == {} and not ledger.owed() and ledger.claim_needed
+
+
+def test_invariant_2_peeking_drops_nothing_until_the_wake_that_sends():
+    """Invariant 2 (and 3): the select timeout only peeks at the owed writes; a
+    write about an id whose old holder has not answered yet is dropped only by
+    the wake that sends, after that wake's answers let go of it."""
+    a = W("a")
+    ledger = Ledger()
+    ledger.hand([14], a)  # at stage a; it advanced 14, its answer is on the way
+    ledger.release([14])  # claimed at stage b meanwhile, no place for it
+    assert ledger.owed(peek=True).releases == []
+    assert ledger.releases == [14]  # still owed
+    ledger.let_go(14, a, still_in_w=False)  # a's answer arrives
+    assert ledger.owed().releases == [14]

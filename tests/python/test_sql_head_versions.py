@@ -62,6 +62,13 @@ def _calls(stmts: list[ast.stmt], env: dict[str, Any], out: list[tuple[str, str,
             if isinstance(stmt.iter, ast.Call) and isinstance(stmt.iter.func, ast.Name):
                 if stmt.iter.func.id == "reversed" and isinstance(stmt.iter.args[0], ast.Name):
                     seq = list(reversed(env[stmt.iter.args[0].id]))
+            func = stmt.iter.func if isinstance(stmt.iter, ast.Call) else None
+            if (  # for name, signature in TABLE.items():
+                isinstance(func, ast.Attribute)
+                and func.attr == "items"
+                and isinstance(func.value, ast.Name)
+            ):
+                seq = list(env[func.value.id].items())
             if seq is None:
                 seq = ast.literal_eval(stmt.iter)
             for item in seq:

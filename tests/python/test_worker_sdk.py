@@ -444,6 +444,26 @@ def test_group_commit_one_transaction_savepoint_per_message(dsn, conf, did, work
     assert stamps == 1
 
 
+def test_group_commit_exit_in_a_later_handler_answers_the_earlier_ones(
+    dsn, conf, did, workers, conn
+):
+    """A handler that ends the process (sys.exit) in the middle of a group: the
+    messages before it are committed and answered first, so the dispatcher's
+    crash rule blames the message that exited, not the group's first one."""
+    plans = [{"a": {"op": "finish", "insert": f"m{i}"}} for i in range(4)]
+    plans[2] = {"a": {"op": "exit", "code": 3, "insert": "undone"}}
+    ids = enqueue_claimed(conn, did, *plans)
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(*ids)  # one write: all ids are buffered when the worker reads
+    assert [w.answer(), w.answer()] == ["0", "0"]
+    assert w.answer() is None  # it exited without answering the third
+    assert w.close() == 3
+    statuses = [row(conn, i)["status"] for i in ids]
+    assert statuses == ["done", "done", "running", "running"]
+    notes = [n for (n,) in conn.execute("SELECT note FROM public.sdk_log ORDER BY id")]
+    assert notes == ["m0", "m1"]
+
+
 MIXED_PLANS = [
     {"a": {"op": "finish"}},
     {"a": {"op": "advance", "to": "b"}},

@@ -1,0 +1,245 @@
+"""The package as a user gets it: build the wheel, install it into a fresh virtualenv
+outside the repository, create the schema with `pepsi-queue migrate`, pass
+`pepsi-dispatch serve --check` and run a 2-stage SDK pipeline from a configuration
+outside the repository (no CONFIG_FILE: the workers find it through PEPSI_CONFIG).
+
+Offline and quick: the wheel is built with --no-build-isolation from a copy of the
+sources, installed with --no-deps, and the new venv sees this project's
+dependencies through a .pth line (not its editable pepsi_dispatch: nested .pth
+files are not processed, so the import resolves to the wheel).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import ROOT
+
+SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "LICENSE",
+    "alembic.ini",
+    "migrations",
+    "sql",
+    "pepsi_dispatch",
+    "man",
+)
+
+STAGES = '''#!{python}
+"""A user's own 2-stage pipeline: parse, then save."""
+from pepsi_dispatch.worker import Advance, Finish, run
+
+
+def parse(msg):
+    msg.state["words"] = len(msg.payload["text"].split())
+    return Advance("save")
+
+
+def save(msg):
+    msg.db.execute("INSERT INTO public.saved (id, words) VALUES (%s, %s)",
+                   (msg.id, msg.state["words"]))
+    return Finish()
+
+
+if __name__ == "__main__":
+    run({{"parse": parse, "save": save}})
+'''
+
+CONF = """[database]
+DSN = {dsn}
+
+[pepsi-dispatch]
+SERVICE_USER = {user}
+STATS_INTERVAL = 1 s
+
+[stage-parse]
+PROGRAM = {program}
+NEXT = save
+PARALLELISM = 2
+
+[stage-save]
+PROGRAM = {program}
+"""
+
+
+def sh(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 300):
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(cmd)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[Path]:
+    """A venv outside the repository with the freshly built wheel installed (no deps)."""
+    top = Path(tempfile.mkdtemp(prefix="pepsi-wheel-", dir="/tmp"))
+    try:
+        src = top / "src"
+        src.mkdir()
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
+        for name in SOURCES:
+            path = ROOT / name
+            if path.is_dir():
+                shutil.copytree(path, src / name, ignore=ignore)
+            elif path.exists():
+                shutil.copy2(path, src / name)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        pip = [sys.executable, "-m", "pip"]
+        sh(
+            [
+                *pip,
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(top / "dist"),
+                str(src),
+            ],
+            top,
+            env,
+        )
+        wheel = next((top / "dist").glob("pepsi_dispatch-*.whl"))
+        venv = top / "venv"
+        sh([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], top, env)
+        sh(
+            [
+                *pip,
+                "--python",
+                str(venv / "bin" / "python"),
+                "install",
+                "-q",
+                "--no-deps",
+                str(wheel),
+            ],
+            top,
+            env,
+        )
+        site = sh(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            top,
+            env,
+        )
+        deps = sysconfig.get_paths()["purelib"]  # this project's venv: psycopg, alembic, ...
+        (Path(site.stdout.strip()) / "pepsi-test-deps.pth").write_text(deps + "\n")
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> None:
+    top = installed
+    bin_ = top / "venv" / "bin"
+    app = top / "app"
+    app.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PEPSI_DSN", "PEPSI_CONFIG", "VIRTUAL_ENV")
+    }
+    env["HOME"] = str(app)  # no ~/.config/pepsi.conf to fall back on
+
+    where = sh(
+        [
+            str(bin_ / "python"),
+            "-c",
+            "import pepsi_dispatch.resources as r; print(r.__file__); print(r.data_root())",
+        ],
+        app,
+        env,
+    ).stdout.split()
+    assert where[0].startswith(str(top / "venv")), where  # the wheel, not the checkout
+    assert where[1].endswith("pepsi_dispatch/_data"), where
+
+    for page in ("man1/pepsi-dispatch.1", "man1/pepsi-queue.1", "man5/pepsi.conf.5"):
+        assert (top / "venv" / "share" / "man" / page).is_file(), page
+
+    # The schema from the installed package alone, into an empty database.
+    ddl = sh([str(bin_ / "pepsi-queue"), "migrate", "--sql"], app, env).stdout
+    assert "CREATE TABLE pepsi.workqueue" in ddl
+    r = sh([str(bin_ / "pepsi-queue"), "migrate"], app, {**env, "PEPSI_DSN": empty_dsn})
+    assert "schema at" in r.stderr
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.saved (id bigint PRIMARY KEY, words int)")
+        conn.execute("GRANT ALL ON public.saved TO PUBLIC")
+
+    program = app / "stages.py"
+    program.write_text(STAGES.format(python=bin_ / "python"))
+    program.chmod(0o755)
+    conf = app / "pepsi.conf"
+    user = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
+    conf.write_text(CONF.format(dsn=empty_dsn, user=user, program=program))
+
+    r = subprocess.run(
+        [str(bin_ / "pepsi-dispatch"), "-c", str(conf), "serve", "--check"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all" in r.stdout.splitlines()[-1] and "checks passed" in r.stdout
+
+    n = 200
+    payloads = "".join(f'{{"text": "message number {i}"}}\n' for i in range(n))
+    r = subprocess.run(
+        [str(bin_ / "pepsi-queue"), "-c", str(conf), "enqueue", "-q", "parse", "-"],
+        cwd=app,
+        env=env,
+        input=payloads,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+    log = (app / "dispatch.log").open("wb")
+    d = subprocess.Popen(
+        [str(bin_ / "pepsi-dispatch"), "-c", str(conf), "serve"],
+        cwd=app,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            while True:
+                counts = dict(
+                    conn.execute(
+                        "SELECT status, count(*) FROM pepsi.workqueue GROUP BY status"
+                    ).fetchall()
+                )
+                if counts == {"done": n} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert counts == {"done": n}, (counts, (app / "dispatch.log").read_text()[-3000:])
+            (saved,) = conn.execute("SELECT count(*) FROM public.saved").fetchone()
+            assert saved == n
+        d.send_signal(signal.SIGTERM)
+        assert d.wait(30) == 0
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+        log.close()
+    text = (app / "dispatch.log").read_text()
+    assert "ERROR" not in text, text[-3000:]
