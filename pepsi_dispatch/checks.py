@@ -136,6 +136,11 @@ def program_problem(program: str, search_path: str | None = None) -> str | None:
         return f"PROGRAM {exe} is not readable by {who} ({exc.strerror}); a script needs read"
     if not head.startswith(b"#!"):
         return None  # a binary: the kernel runs it
+    return _interpreter_problem(exe, head, search_path)
+
+
+def _interpreter_problem(exe: str, head: bytes, search_path: str) -> str | None:
+    """What keeps the ``#!`` interpreter of the script ``exe`` from running, or None."""
     line = head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
     words = line.split(None, 1)
     if not words:

@@ -14,12 +14,16 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
 from pepsi_dispatch import __version__, earlysignals
 from pepsi_dispatch.clirun import config_option, run_click
 from pepsi_dispatch.logsetup import logs_to_file, parse_level, setup_logging
+
+if TYPE_CHECKING:
+    from pepsi_dispatch import checks
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -98,6 +102,15 @@ def serve(opts: _Options, check: bool) -> int:
     return 0 if rc is None else int(rc)
 
 
+def _service_user_check(service_user: str) -> checks.Check:
+    """The ``service user`` check after the privilege drop: who we run as."""
+    from pepsi_dispatch import checks
+
+    me = checks.current_user()
+    not_used = "" if me == service_user else f" (not root: SERVICE_USER {service_user} not used)"
+    return checks.Check("service user", True, f"running as {me}{not_used}")
+
+
 def _check(opts: _Options) -> int:
     """``serve --check``: each check's result on stdout; 0 if all pass, else 2."""
     from pepsi_dispatch import checks
@@ -146,19 +159,7 @@ def _check(opts: _Options) -> int:
     except PepsiError as exc:
         results.append(checks.Check("service user", False, str(exc)))
         return done()
-    me = checks.current_user()
-    results.append(
-        checks.Check(
-            "service user",
-            True,
-            f"running as {me}"
-            + (
-                ""
-                if me == config.dispatch.service_user
-                else f" (not root: SERVICE_USER {config.dispatch.service_user} not used)"
-            ),
-        )
-    )
+    results.append(_service_user_check(config.dispatch.service_user))
     results.extend(checks.program_checks(config))
     results.extend(checks.database_checks(config.dsn, head))
     results.extend(checks.worker_dsn_checks(config))

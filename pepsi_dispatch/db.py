@@ -39,6 +39,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from .backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -173,7 +175,7 @@ def with_retry(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
     Cheap insurance: with one writer per row these should not happen, but a
     DBA's statement or a competing replica can still deadlock with us.
     """
-    delay = 0.005
+    backoff = Backoff(0.005)
     for attempt in range(1, attempts + 1):
         try:
             return fn()
@@ -181,8 +183,7 @@ def with_retry(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
             if attempt == attempts:
                 raise
             log.warning("%s: transient %s, retrying (%d/%d)", what, exc.sqlstate, attempt, attempts)
-            time.sleep(delay * (0.5 + random.random()))
-            delay *= 2
+            time.sleep(backoff.next() * (0.5 + random.random()))
     raise AssertionError("unreachable")
 
 

@@ -27,22 +27,22 @@ def collect(d: Dispatcher) -> dict[str, Any]:
     """A JSON-able snapshot of ``d``'s gauges and since-start counters."""
     workers: dict[str, dict[str, int]] = {}
     inflight: dict[str, int] = {}
-    pools = list(d.pools.values()) + list(d.leftover)
+    pools = list(d.workers.pools.values()) + list(d.workers.leftover)
     for pool in pools:
         states = workers.setdefault(pool.name, {"busy": 0, "idle": 0, "retiring": 0, "stopping": 0})
         for w in pool.workers:
             states[worker_state(w)] += 1
             inflight[pool.name] = inflight.get(pool.name, 0) + len(w.inflight)
-    for name in d.pools:
+    for name in d.workers.pools:
         inflight.setdefault(name, 0)
     st = d.stats
     return {
         "heartbeat_interval": d.heartbeat_interval,
         "workers": workers,
         "inflight": inflight,
-        "inflight_ids": len(d.where),
-        "paused_stages": sorted(n for n, p in d.pools.items() if p.config.paused),
-        "round_trips": d.round_trips,
+        "inflight_ids": d.ledger.holding(),
+        "paused_stages": sorted(n for n, p in d.workers.pools.items() if p.config.paused),
+        "round_trips": d.pipeline.round_trips,
         "claims": st.claims,
         "messages": st.total_messages,
         "stage_runs": st.total_stage_runs,

@@ -1,21 +1,14 @@
-"""The dispatcher's event loop (SPEC §6): one process, one thread, one selector.
+"""The dispatcher's event loop: one process, one thread, one selector.
 
-The selector watches the LISTEN connection's socket, every worker's stdout and
-stderr (and stdin while a write is pending), and a self-pipe that signal
-handlers write to (``signal.set_wakeup_fd``). Its timeout is the earliest
-timer: the POLL_INTERVAL heartbeat, the next paused row's due time, idle
-reaps, spawn cooldowns, MAX_RUNTIME deadlines, the stats flush, reconnects.
+The selector watches the LISTEN connection's socket, every worker's pipes
+and the signal self-pipe; its timeout is the earliest deadline, and 0 exactly
+when database work is planned. Each wake: events (answers, notifications,
+signals), reaping, timers (reconnect, heartbeat, watchdogs), reload, then
+the database work in one pipeline (pepsi_dispatch/pipeline.py) and the
+placement of claimed ids. docs/INTERNALS.md shows the parts and their states.
 
-Every iteration first drains all events (answers, notifications, exits), then
-does the database work of the iteration in one pipeline
-(:meth:`pepsi_dispatch.db.Database.iteration`: record failures, check ``0``
-answers, requeue due rows, ONE claim for every stage with room), then hands
-the claimed ids to workers, one write per worker.
-
-The invariant everything here protects: **an id is never in two workers at
-once**. A worker's unanswered ids go back to pending only after the worker
-is dead and reaped; a row handed to a worker stays on that worker's in-flight
-list until it is answered or the worker is gone.
+The invariant everything protects: **an id is never in two workers at once**
+(pepsi_dispatch/ledger.py).
 """
 
 from __future__ import annotations
@@ -26,62 +19,30 @@ import os
 import resource
 import selectors
 import signal
-import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import psycopg
-from psycopg import errors as pgerrors
 
-from . import earlysignals, gauges
-from .checks import program_problem
-from .config import Config, ConfigError, apply_overlay, reread_config
-from .db import CONNECTION_LOST, DELAYED, Database, IterationResult, Requeue, ids_text
-from .errors import FatalError, UsageError
+from . import gauges
+from .config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
+from .db import DELAYED, Database
+from .dblink import DatabaseLink, LinkState
+from .errors import FatalError
 from .failwatch import FailureWatch
-from .pool import StagePool, worker_env
+from .ledger import Ledger
+from .pipeline import Pipeline
 from .privileges import check_access, config_files, log_files
-from .process import (
-    EX_TEMPFAIL,
-    ExitKind,
-    Worker,
-    become_subreaper,
-    classify_exit,
-    describe_exit,
-    reap_orphans,
-)
-from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
+from .process import become_subreaper
 from .sdnotify import Watchdog, notify
+from .signals import SelfPipe
+from .startup import open_database
 from .stats import Stats
+from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
-#: requeue_due runs at most this often because of answers (a stage may have
-#: paused a row; pausing does not notify). A pause of 2 s is thus retried on
-#: time: its due time is learned within a second of the pause.
-REQUEUE_AFTER_ANSWERS = 1.0
-#: After requeue_due itself failed (a poisoned paused row): next try after this.
-REQUEUE_RETRY_AFTER_ERROR = 10.0
-#: Requeue summaries at INFO at most this often.
-REQUEUE_LOG_EVERY = 60.0
-#: Flush stats on going idle at most this often.
-IDLE_FLUSH_MIN = 1.0
-#: A worker whose stdout reached EOF but which has not exited is SIGKILLed after this.
-EOF_GRACE = 2.0
-#: A worker must read its first input within max(MAX_RUNTIME, this) of being
-#: given it, else it is killed as hung in start-up. Never less than 30 s: a
-#: tight MAX_RUNTIME must not kill every worker of a slow-starting stage.
-STARTUP_MIN = 30.0
-#: Reconnect backoff (seconds): first, cap.
-RECONNECT_FIRST = 0.1
-RECONNECT_MAX = 5.0
-#: After a reconnect finds the lock still held by our OLD listen session (its
-#: server backend outlived a network partition longer than the keepalives):
-#: how long to wait for that backend to go (it is terminated) before deciding
-#: that another dispatcher took the lock; and the retry pause meanwhile.
-LOCK_RETAKE_WINDOW = 5.0
-LOCK_RETAKE_RETRY = 0.2
 #: Retention: done rows deleted per purge_done call and calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
@@ -101,67 +62,49 @@ class ReloadCause(enum.Enum):
 class Dispatcher:
     """The coordinator: state of one ``pepsi-dispatch serve`` run."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], float] = time.monotonic,
+        db: Database | None = None,
+    ) -> None:
+        """``clock`` (monotonic seconds) and ``db`` are injected: a test passes a
+        fake clock and a stand-in database to drive the loop's planning."""
+        self.clock = clock
         self.config = config
         #: the configuration as read from the file, without the overlay: a
         #: reconnect re-applies only the overlay to it, never re-reading the file
         #: (as SERVICE_USER, maybe half edited).
         self.file_config = config
         self.dc = config.dispatch
-        self.db = Database(config.dsn, self.dc.competing)
-        self.stats = Stats()
+        self.db = db if db is not None else Database(config.dsn, self.dc.competing)
         self.sel = selectors.DefaultSelector()
+        #: the connections' state machine: pepsi_dispatch/dblink.py.
+        self.link = DatabaseLink(self.db, self.sel)
+        self.stats = Stats()
         self.dispatcher_id = 0
-        self.generation = 0
-        self.pools: dict[str, StagePool] = {}
-        #: pools of stages a reload removed, kept until their workers are gone.
-        self.leftover: list[StagePool] = []
-        # Database writes owed (kept until the pipeline carrying them succeeds).
-        self.errors: list[tuple[int, str, str]] = []
-        self.answered: list[int] = []
-        #: id -> the stage its owed answer check is for (the last fused stage, if
-        #: any): the guard against a lost reply to a committed claim (_strays).
-        self.answered_at: dict[int, str] = {}
-        self.to_release: list[int] = []
-        #: id -> the worker that has it in flight. The invariant's bookkeeping:
-        #: a row a stage advanced can be claimed again (for the next stage)
-        #: before the answer of the first worker is read, so every owed write
-        #: about an id is checked against this map when it is sent.
-        self.where: dict[int, Worker] = {}
-        #: Claim floors (docs/INTERNALS.md, "Claim floors"): stage -> an id at or
-        #: below which no row of that stage is pending, passed to the claim as
-        #: after_ids so its index scan starts there instead of walking the dead
-        #: entries claimed rows leave in the pending index. Absent = no bound.
-        #: Raised by claims, lowered by every answer/error/release, cleared by
-        #: anything else that may make a low id pending. Never used competing.
-        self.floor: dict[str, int] = {}
+        #: who holds which id, the writes owed about ids (kept until the
+        #: pipeline carrying them succeeds), the claim floors: pepsi_dispatch/ledger.py.
+        self.ledger = Ledger(self.dc.competing)
+        #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
+        self.failwatch = FailureWatch(self.dc.stats_interval, clock())
+        self.watchdog = Watchdog()
+        #: the workers: pepsi_dispatch/supervisor.py.
+        self.workers = Supervisor(
+            config,
+            self.sel,
+            self.stats,
+            self.ledger,
+            lambda: self.link.connected,
+            self._answers_read,
+            self.failwatch,
+        )
+        #: the database work of each wake: pepsi_dispatch/pipeline.py.
+        self.pipeline = Pipeline(
+            self.dc, self.db, self.link, self.ledger, self.workers, self.stats, self.clock
+        )
         # Flags and timers (monotonic seconds).
-        self.claim_needed = True
-        self.requeue_dirty = False
-        self._requeue_sums = [0, 0, 0]
-        self._requeue_logged = -INF
-        self.requeue_at = 0.0
-        self.last_requeue = -INF
-        #: requeue_due itself failed (a poisoned paused row): not again before this.
-        self.requeue_blocked_until = 0.0
         self.next_heartbeat = 0.0
-        self.last_flush = time.monotonic()
-        self.db_ok = False
-        self.reconnect_at = INF
-        self.reconnect_delay = RECONNECT_FIRST
-        self.reconnect_failures = 0
-        self.last_down_log = -INF
-        #: reconnect only the work connection (the listen one and its lock are fine).
-        self.reconnect_work_only = False
-        #: backend pid of our listen connection (holder of the lock) and, while
-        #: retaking the lock from it after a reconnect, the deadline (0 = none).
-        self.listen_pid = 0
-        self.lock_retake_deadline = 0.0
-        #: after a query error on healthy connections: no database work before this,
-        #: and the backoff of the next such wait.
-        self.db_hold_until = 0.0
-        self.db_hold_delay = RECONNECT_FIRST
-        self.last_query_error_log = -INF
         self.reload_pending = False
         #: what asked for the pending reload (SIGHUP retires workers even if nothing changed).
         self.reload_cause = ReloadCause.NOTIFIED
@@ -169,27 +112,14 @@ class Dispatcher:
         self.reload_if_changed = False
         #: register_stages after a reload failed: try again on the heartbeat.
         self.stages_unregistered = False
-        self._listen_fd = -1
-        self.sigchld = False
         self.shutting_down = False
         self.shutdown_deadline = INF
         self.signals_seen = 0
-        #: hot-path pipelines sent (for the stop line: messages per round trip).
-        self.round_trips = 0
         #: a fatal error that ends the run after a graceful shutdown (exit 1).
         self.fatal: str | None = None
-        #: the advisory lock went to another dispatcher while we reconnected:
-        #: stop at once, without touching rows (see _abort_fatal).
-        self.lock_lost: str | None = None
-        self._sig_r = self._sig_w = -1
-        self._old_handlers: dict[int, Any] = {}
-        self.heartbeat_interval = self.dc.poll_interval
-        if self.dc.competing:
-            self.heartbeat_interval = min(self.heartbeat_interval, self.dc.orphan_timeout / 3)
-        self.heartbeat_interval = max(self.heartbeat_interval, 0.05)
-        #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
-        self.failwatch = FailureWatch(self.dc.stats_interval, time.monotonic())
-        self.watchdog = Watchdog()
+        #: signal handlers only set flags; their wakeup fd wakes the selector.
+        self.signals = SelfPipe()
+        self.heartbeat_interval = _heartbeat_interval(self.dc)
 
     # == start-up ================================================================
     def start(self) -> None:
@@ -197,58 +127,11 @@ class Dispatcher:
         # Privileges are dropped by now: what a reload or a log rotation will need
         # later must work for this user, or we refuse to start (exit 2).
         check_access(config_files(self.config), log_files())
-        try:
-            self.db.connect()
-        except psycopg.Error as exc:
-            raise FatalError(f"cannot connect to the database: {_one_line(exc)}") from None
-        try:
-            if not self.db.try_lock():
-                holders = self.db.lock_holders()
-                mode = "competing " if self.dc.competing else ""
-                raise UsageError(
-                    f"another dispatcher already serves this database ({holders}); "
-                    f"this {mode}dispatcher refuses to start"
-                    + (
-                        " (a single dispatcher and competing replicas cannot be mixed)"
-                        if self.dc.competing
-                        else ""
-                    )
-                )
-            # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
-            self.config = apply_overlay(self.config, self.db.overlay())
-            self.dispatcher_id = self.db.register()
-            # LISTEN before the first claim: nothing enqueued after this is missed.
-            self.db.start_listening()
-            n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
-            self.db.register_stages(self.dispatcher_id, self.config.stages.values())
-        except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
-            raise UsageError(
-                f"database {self.db.dbname()!r} has no (current) pepsi schema:"
-                " run 'alembic upgrade head' with PEPSI_DSN set to it"
-            ) from None
-        except psycopg.Error as exc:
-            raise FatalError(f"database error during start-up: {_one_line(exc)}") from None
-        if n:
-            log.info("reset %d orphaned running row(s) to pending", n)
-        if self.dc.competing and self.dc.shutdown_timeout >= self.dc.orphan_timeout:
-            log.warning(
-                "SHUTDOWN_TIMEOUT (%g s) >= ORPHAN_TIMEOUT (%g s): should this replica's"
-                " heartbeat stall while it stops (database trouble), other replicas reset"
-                " and run again rows its workers are still finishing; keep SHUTDOWN_TIMEOUT"
-                " below ORPHAN_TIMEOUT",
-                self.dc.shutdown_timeout,
-                self.dc.orphan_timeout,
-            )
-        if self.dc.db_pool_size < 2:
-            log.warning(
-                "DB_POOL_SIZE = %d, but the dispatcher needs its 2 connections"
-                " (LISTEN + work); using 2",
-                self.dc.db_pool_size,
-            )
-        self.db_ok = True
-        self.listen_pid = self.db.listen_pid()
-        self._watch_listen()
-        self._build_pools(self.config)
+        self.config, self.dispatcher_id = open_database(self.db, self.config)
+        self.link.up(self.db.listen_pid())
+        self.link.watch_listen()
+        self.workers.dispatcher_id = self.pipeline.dispatcher_id = self.dispatcher_id
+        self.workers.build(self.config)
         stages = ", ".join(
             f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
         )
@@ -261,59 +144,11 @@ class Dispatcher:
             stages or "(none)",
         )
 
-    def _build_pools(self, config: Config) -> None:
-        self.generation += 1
-        old = self.pools
-        self.pools = {name: StagePool(sc, self.generation) for name, sc in config.stages.items()}
-        for name, pool in old.items():
-            if name in self.pools:
-                self.pools[name].workers.extend(pool.workers)
-                self.pools[name].cooldown_until = pool.cooldown_until
-                self.pools[name].cooldown_delay = pool.cooldown_delay
-            elif pool.workers:
-                self.leftover.append(pool)
-        # A stage removed by one reload and added again by the next: the workers
-        # of its old pool (retiring) still run and count against PARALLELISM.
-        for pool in list(self.leftover):
-            if pool.name in self.pools:
-                self.pools[pool.name].workers.extend(pool.workers)
-                self.leftover.remove(pool)
-
-    def _watch_listen(self) -> None:
-        self._listen_fd = self.db.listen_fileno()
-        self.sel.register(self._listen_fd, selectors.EVENT_READ, ("listen", None))
-
-    def _install_signals(self) -> None:
-        self._sig_r, self._sig_w = os.pipe()
-        os.set_blocking(self._sig_r, False)
-        os.set_blocking(self._sig_w, False)
-        signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
-        self.sel.register(self._sig_r, selectors.EVENT_READ, ("signal", None))
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-        # Signals that came before these handlers (cli.main records them): an
-        # early SIGHUP is a reload, an early SIGINT/SIGTERM a stop (see run).
-        early = earlysignals.take()
-        if early.get(signal.SIGHUP):
-            self.reload_pending = True
-            self.reload_cause = ReloadCause.SIGHUP
-        self.signals_seen += early.get(signal.SIGINT, 0) + early.get(signal.SIGTERM, 0)
-        if early:
-            os.write(self._sig_w, b"\0")  # the first select returns at once
-
-    def _restore_signals(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(-1)
-        for fd in (self._sig_r, self._sig_w):
-            if fd >= 0:
-                os.close(fd)
-
     def _on_signal(self, signum: int, frame: object) -> None:
         # Runs between bytecodes of the main thread; only sets flags. The
         # wakeup fd already woke the selector.
         if signum == signal.SIGCHLD:
-            self.sigchld = True
+            self.workers.reap_all = True
         elif signum == signal.SIGHUP:
             self.reload_pending = True
             self.reload_cause = ReloadCause.SIGHUP
@@ -323,40 +158,38 @@ class Dispatcher:
     # == the loop ================================================================
     def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
-        self._install_signals()
-        # Orphaned grandchildren of workers come to us, to be reaped (see _reap).
-        if not become_subreaper():
-            log.debug("cannot become a child subreaper; escaped grandchildren go to init")
+        self.signals.install(self.sel, self._on_signal)
+        become_subreaper()  # orphaned grandchildren of workers come to us, to be reaped
         try:
             if self.signals_seen:  # stopped before start-up: nothing to clean up
                 log.info("stop signal before start-up: exiting")
                 return 0
             self.start()
             notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
-            now = time.monotonic()
+            now = self.clock()
             self.next_heartbeat = now + self.heartbeat_interval
-            self.requeue_at = now
+            self.pipeline.requeue_at = now
             while True:
-                now = time.monotonic()
-                timeout = self._next_timeout(now)
+                now = self.clock()
+                timeout = self.next_timeout(now)
                 events = self.sel.select(None if timeout == INF else max(0.0, timeout))
-                now = time.monotonic()
+                now = self.clock()
                 for key, _mask in events:
                     kind, w = key.data
                     if kind in ("out", "err", "in"):
-                        self._on_worker_event(kind, w, now)
+                        self.workers.on_event(kind, w, now)
                     elif kind == "listen":
                         self._on_listen(now)
                     else:
-                        self._drain_signal_pipe()
+                        self.signals.drain()
                 if self.signals_seen and not self.shutting_down:
                     self._begin_shutdown(now)
                 elif self.signals_seen > 1 and self.shutdown_deadline > now:
                     log.warning("second stop signal: killing workers now")
                     self.shutdown_deadline = now
-                self._reap(now)
+                self.workers.reap(now)
                 self._timers(now)
-                db_ready = self.db_ok and now >= self.db_hold_until
+                db_ready = self.link.ready(now)
                 if self.reload_pending and not self.shutting_down and db_ready:
                     self.reload_pending = False
                     cause, self.reload_cause = self.reload_cause, ReloadCause.NOTIFIED
@@ -364,983 +197,86 @@ class Dispatcher:
                     self.reload_if_changed = False
                 if db_ready:
                     self._db_iteration(now)
-                if self.shutting_down and not self._all_workers():
+                if self.shutting_down and not self.workers.all():
                     return self._finish_shutdown()
         finally:
-            self._restore_signals()
+            self.signals.restore()
             self.db.close()
 
-    def _all_workers(self) -> list[Worker]:
-        out: list[Worker] = []
-        for pool in self.pools.values():
-            out.extend(pool.workers)
-        for pool in self.leftover:
-            out.extend(pool.workers)
-        return out
-
-    def _pool_of(self, w: Worker) -> StagePool | None:
-        pool = self.pools.get(w.stage)
-        if pool is not None and w in pool.workers:
-            return pool
-        for p in self.leftover:
-            if w in p.workers:
-                return p
-        return None
-
-    def _next_timeout(self, now: float) -> float:
+    def next_timeout(self, now: float) -> float:
         """Seconds until the earliest timer (INF: none)."""
-        held = self.db_ok and now < self.db_hold_until
-        db_ready = self.db_ok and not held
-        if db_ready and (self.to_release or (self.reload_pending and not self.shutting_down)):
-            # (While the database is away these wait for the reconnect; a reload
-            # never runs once stopping, so it must not spin the loop then.)
+        link = self.link
+        held = link.held(now)
+        db_ready = link.ready(now)
+        # Zero exactly when database work is due now: the plan the next wake will
+        # send is computed by the same function (while the database is away these
+        # wait for the reconnect; a reload never runs once stopping, so it must
+        # not spin the loop then).
+        if db_ready and (
+            (self.reload_pending and not self.shutting_down)
+            or self.pipeline.plan(now, self.shutting_down, peek=True)
+        ):
             return 0.0
-        if db_ready and self.claim_needed and not self.shutting_down:
-            if any(p.capacity(now) > 0 for p in self.pools.values()):
-                return 0.0
         t = INF
         if held:
-            t = min(t, self.db_hold_until)
-        elif self.db_ok:
+            t = min(t, link.hold_until)
+        elif link.connected:
             # The heartbeat goes on while stopping: until we unregister, our
             # workers still run our rows (competing: no replica may take them).
             t = min(t, self.next_heartbeat)
             if not self.shutting_down:
-                blocked = self.requeue_blocked_until
-                t = min(t, self.next_heartbeat, max(self.requeue_at, blocked))
-                if self.requeue_dirty:
-                    t = min(t, max(self.last_requeue + REQUEUE_AFTER_ANSWERS, blocked))
-            if self.stats.pending():
-                t = min(t, self.last_flush + self.dc.stats_interval)
+                t = min(t, self.pipeline.requeue_deadline())
+            # Statistics: at STATS_INTERVAL, or soon after going idle.
+            t = min(t, self.pipeline.flush_deadline(idle=db_ready and not self.workers.busy()))
         else:
-            t = min(t, self.reconnect_at)
+            t = min(t, link.reconnect_at)
         t = min(t, self.shutdown_deadline, self.watchdog.due())
-        idle_timeout = self.dc.worker_idle_timeout
-        busy = False
-        for pool in self.pools.values():
-            if pool.cooldown_until and not self.shutting_down:
-                t = min(t, pool.cooldown_until)
-        for w in self._all_workers():
-            if w.inflight:
-                busy = True
-                if w.killed:
-                    pass
-                elif not w.reading:
-                    # Poll for its first read (see Worker.has_read) every 20 ms.
-                    limit = max(self.dc.max_runtime, STARTUP_MIN)
-                    t = min(t, now + 0.02, w.first_given + limit)
-                else:
-                    t = min(t, w.head_since + self.dc.max_runtime)
-            elif not w.stopping:
-                t = min(t, w.idle_since + idle_timeout)
-            if w.killed:
-                t = min(t, now + 0.01)  # reap soon
-            elif w.eof:
-                t = min(t, w.eof_at + EOF_GRACE)
-            elif w.stopping and w.stop_deadline:
-                t = min(t, w.stop_deadline)
-        if not busy and db_ready and self.stats.pending():
-            t = min(t, self.last_flush + IDLE_FLUSH_MIN)
+        t = min(t, self.workers.watchdogs.next_deadline(now))
         return t - now
 
     # == events ==================================================================
-    def _drain_signal_pipe(self) -> None:
-        try:
-            while os.read(self._sig_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+    def _answers_read(self) -> None:
+        """Answers came in: a stage may have paused a row (pausing does not notify)."""
+        self.pipeline.requeue_dirty = True
 
     def _on_listen(self, now: float) -> None:
         try:
             channels = self.db.notifications()
         except psycopg.Error as exc:
-            self._db_lost(now, exc)
+            self.link.lost(now, exc)
             return
         for channel in channels:
             if channel == "config_changed":
                 self.reload_pending = True
             else:
                 # An insert that took a low id may commit after a claim passed it.
-                self.floor.clear()
-                self.claim_needed = True
+                self.ledger.rescan()
                 if channel == DELAYED:  # a delayed message: learn when it is due
-                    self.requeue_dirty = True
-
-    def _on_worker_event(self, kind: str, w: Worker, now: float) -> None:
-        """One worker's pipe is ready. Whatever goes wrong handling it ends that
-        worker (its ids are settled when it is reaped), never the dispatcher."""
-        try:
-            if kind == "out":
-                self._on_stdout(w, now)
-            elif kind == "err":
-                self._on_stderr(w)
-            elif w.flush_stdin():
-                self._unwatch(w.stdin_fd)
-        except Exception:  # noqa: BLE001 - one worker's output must not end the loop
-            log.exception(
-                "stage %s worker pid %d: unexpected error handling its %s; stopping it",
-                w.stage,
-                w.pid,
-                {"out": "answers", "err": "stderr"}.get(kind, "stdin"),
-            )
-            if not w.killed:
-                self._kill(w, now)
-
-    def _on_stdout(self, w: Worker, now: float) -> None:
-        lines = w.read_answers()
-        if lines is None:
-            self._unwatch(w.stdout_fd)
-            w.eof = True
-            w.eof_at = now
-            if w.proc.stdout is not None:
-                w.proc.stdout.close()
-            w.stdout_fd = None
-            self.sigchld = True  # look for its exit status now
-            return
-        if lines:
-            self._answers(w, lines, now)
-
-    def _answers(self, w: Worker, lines: list[bytes], now: float) -> None:
-        """Process answer lines of ``w`` in order (SPEC §5)."""
-        if w.killed:
-            return  # its in-flight list is being torn down; answers no longer map to ids
-        w.reading = True
-        stats = self.stats
-        pool = self._pool_of(w)
-        debug = log.isEnabledFor(logging.DEBUG)
-        inflight = w.inflight
-        where = self.where
-        answered_at = self.answered_at
-        for line in lines:
-            if not inflight:
-                log.warning(
-                    "stage %s worker pid %d: answer %r with no message in flight "
-                    "(protocol error); stopping it",
-                    w.stage,
-                    w.pid,
-                    line[:200],
-                )
-                self._kill(w, now)
-                break
-            wid = inflight.popleft()
-            if where.get(wid) is w and wid not in inflight:
-                # (Still in ``inflight``: the stage let go of the row -- advanced it to
-                # itself, or paused it and it was requeued -- and it was claimed and
-                # handed to this same worker again. That second copy is still ours.)
-                del where[wid]
-            seconds = now - w.head_since
-            w.head_since = now
-            w.answered += 1
-            if line == b"0":  # the hot path
-                self.answered.append(wid)
-                answered_at[wid] = w.stage
-                self.failwatch.succeeded.add(w.stage)
-                stats.succeeded(w.stage, seconds)
-                if debug:
-                    log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
-                continue
-            try:
-                answer = parse_answer(line)
-            except Exception as exc:  # noqa: BLE001 - a bug here must cost one worker only
-                log.exception("stage %s worker pid %d: cannot classify an answer", w.stage, w.pid)
-                answer = Answer(PROTOCOL_ERROR, f"unreadable answer ({type(exc).__name__})")
-            if answer.kind == OK:
-                self.answered.append(wid)
-                fused = self._fused_allowed(w, answer.fused)
-                answered_at[wid] = fused[-1] if fused else w.stage
-                self.failwatch.ok(w.stage)
-                stats.succeeded(w.stage, seconds, fused)
-                if debug:
-                    log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
-            elif answer.kind == FAILED:
-                self.errors.append((wid, "failed", answer.text))
-                self.failwatch.failed(w.stage, answer.text)
-                stats.failed(w.stage, seconds)
-                if debug:
-                    log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
-            else:
-                self.errors.append(
-                    (wid, "failed", f'protocol error: worker answered "{answer.text}"')
-                )
-                stats.failed(w.stage, seconds)
-                log.warning(
-                    "stage %s worker pid %d: protocol error on message %d: %r; stopping it",
-                    w.stage,
-                    w.pid,
-                    wid,
-                    answer.text[:200],
-                )
-                self._kill(w, now)
-                if pool is not None and w.answered == 1:
-                    # Garbage as its very first answer (a banner on stdout, a wrong
-                    # PROGRAM): without a pause each replacement would fail the
-                    # next message at once.
-                    pool.start_cooldown(now, f"worker pid {w.pid}'s first answer was garbage")
-                break
-        if pool is not None and not w.killed:
-            pool.success()
-            pool.answered(w, now)
-            if pool.wants_spare(w, now):
-                self._spawn_spare(pool, w)
-        self.requeue_dirty = True
-        self.claim_needed = True
-        if not inflight and not w.killed:
-            w.idle_since = now
-            if not w.stopping:
-                if w.retiring:
-                    self._stop_worker(w, now, "retired by a reload")
-                elif pool is not None and w.sent >= pool.max_messages:
-                    # Recycled once drained: it gives its slot up now, to its warm
-                    # spare if one was started (else a replacement spawns on demand).
-                    self._stop_worker(w, now, f"MAX_MESSAGES ({pool.max_messages}) reached")
-                    pool.recycled.add(w.pid)
-
-    def _fused_allowed(self, w: Worker, fused: tuple[str, ...]) -> tuple[str, ...]:
-        """The stages of ``0 fused=...`` if the graph allows them, else none.
-
-        Each name must be a configured stage that NEXT of the one before it
-        (the worker's own stage first) names; otherwise the worker's claim is
-        not counted in any stage's statistics (a typo must not create stats
-        rows for stages that do not exist).
-        """
-        if not fused:
-            return fused
-        stages = self.config.stages
-        prev = w.stage
-        for name in fused:
-            here = stages.get(prev)
-            if here is None or name not in here.next or name not in stages:
-                log.warning(
-                    "stage %s worker pid %d answered 'fused=%s', but %s is not a successor"
-                    " of %s (NEXT); fused stages not counted",
-                    w.stage,
-                    w.pid,
-                    ",".join(fused)[:200],
-                    name[:64],
-                    prev,
-                )
-                return ()
-            prev = name
-        return fused
-
-    def _on_stderr(self, w: Worker) -> None:
-        lines = w.read_stderr()
-        if lines is None:
-            self._unwatch(w.stderr_fd)
-            if w.proc.stderr is not None:
-                w.proc.stderr.close()
-            w.stderr_fd = None
-            return
-        for line in lines:
-            log.info("[%s %d] %s", w.stage, w.pid, line)
-
-    def _unwatch(self, fd: int | None) -> None:
-        if fd is None:
-            return
-        try:
-            self.sel.unregister(fd)
-        except (KeyError, ValueError):
-            pass
-
-    # == workers =================================================================
-    def _spawn(self, pool: StagePool, spare: bool = False) -> Worker | None:
-        env = worker_env(
-            os.environ,
-            pool.name,
-            self.config.dsn,
-            self.dispatcher_id,
-            self.config.path,
-            pool.config.worker_dsn or self.dc.worker_dsn,
-        )
-        now = time.monotonic()
-        try:
-            w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            # OSError: not found / not executable / exec failed; ValueError: PROGRAM
-            # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
-            # The exact cause (an interpreter, not the script, may be at fault).
-            why = program_problem(pool.config.program) or exc
-            pool.start_cooldown(
-                now, f"cannot start PROGRAM {pool.config.program!r}: {why} (rows stay pending)"
-            )
-            return None
-        pool.workers.append(w)
-        if spare:
-            pool.spares.add(w.pid)
-        else:
-            pool.spawned_at[w.pid] = now
-        self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
-        self.sel.register(w.stderr_fd, selectors.EVENT_READ, ("err", w))
-        log.info(
-            "stage %s: worker pid %d started (%d/%d)%s",
-            pool.name,
-            w.pid,
-            pool.holders(),
-            pool.parallelism,
-            " as a warm spare (MAX_MESSAGES recycle)" if spare else "",
-        )
-        return w
-
-    def _spawn_spare(self, pool: StagePool, old: Worker) -> None:
-        """Start ``old``'s replacement now, handed nothing until ``old`` drains."""
-        pool.heirs.add(old.pid)
-        self._spawn(pool, spare=True)
-
-    def _stop_worker(self, w: Worker, now: float, why: str) -> None:
-        """Ask an idle worker to go: EOF on stdin (it exits 0)."""
-        w.stopping = True
-        w.stop_deadline = now + self.dc.shutdown_timeout
-        self._unwatch(w.stdin_fd)
-        w.close_stdin()
-        w.stop_reason = why
-        log.debug("stage %s worker pid %d: stopping (%s)", w.stage, w.pid, why)
-
-    def _kill(self, w: Worker, now: float) -> None:
-        """SIGKILL ``w``; its remaining ids are released once it is reaped."""
-        w.kill()
-        self.sigchld = True  # reap it in this very iteration if it is gone already
-        w.stopping = True
-        self._unwatch(w.stdin_fd)
-        w.close_stdin()
-
-    def _reap(self, now: float) -> None:
-        """Collect exited workers; settle their unanswered ids (they are dead now)."""
-        check_all = self.sigchld
-        self.sigchld = False
-        for _ in range(8):  # bounded; the next SIGCHLD comes back here anyway
-            for w in self._all_workers():
-                if not (check_all or w.killed or w.eof):
-                    continue
-                rc = w.poll()
-                if rc is None:
-                    continue
-                self._finalize(w, rc, now)
-            if not check_all:
-                return
-            # As child subreaper: reap grandchildren that outlived their worker.
-            reaped, worker_waiting = reap_orphans({w.pid for w in self._all_workers()})
-            for pid in reaped:
-                log.debug("reaped pid %d, an orphaned descendant of a worker", pid)
-            if not worker_waiting:
-                return
-
-    def _finalize(self, w: Worker, rc: int, now: float) -> None:
-        pool = self._pool_of(w)
-        # Answers written before it exited may still sit in the pipe.
-        if not w.killed and w.stdout_fd is not None:
-            try:
-                for _ in range(64):  # bounded: a grandchild may still hold the pipe open
-                    lines = w.read_answers()
-                    if not lines:
-                        break
-                    self._answers(w, lines, now)
-            except Exception:  # noqa: BLE001 - its last answers must not end the loop
-                log.exception(
-                    "stage %s worker pid %d: unexpected error handling its last answers",
-                    w.stage,
-                    w.pid,
-                )
-        if w.stderr_fd is not None:
-            self._on_stderr(w)  # last words, at most one chunk burst
-        # Asked while its stdin is still open: FIONREAD tells if it read anything.
-        started = w.has_read()
-        self._unwatch(w.stdout_fd)
-        self._unwatch(w.stderr_fd)
-        self._unwatch(w.stdin_fd)
-        w.close_fds()
-        if pool is not None:
-            pool.workers.remove(w)
-            pool.forget(w)
-            if pool in self.leftover and not pool.workers:
-                self.leftover.remove(pool)
-        ids = list(w.inflight)
-        undelivered = list(w.undelivered)
-        for wid in ids + undelivered:
-            if self.where.get(wid) is w:
-                del self.where[wid]
-        # Never written to the worker (EPIPE): they did not start; release them.
-        self.to_release.extend(undelivered)
-        w.undelivered.clear()
-        w.inflight.clear()
-        kind = classify_exit(
-            rc,
-            killed=w.killed,
-            stopping=w.stopping,
-            shutting_down=self.shutting_down,
-            unanswered=len(ids),
-            undelivered=len(undelivered),
-            started=started,
-            db_connected=self.db_ok,
-        )
-        self._settle_exit(w, pool, kind, rc, ids, len(undelivered), now)
-        self.claim_needed = True
-
-    def _settle_exit(
-        self,
-        w: Worker,
-        pool: StagePool | None,
-        kind: ExitKind,
-        rc: int,
-        ids: list[int],
-        n_undelivered: int,
-        now: float,
-    ) -> None:
-        """Settle the unanswered ``ids`` of the dead worker ``w`` as ``kind`` says."""
-        exit_text = describe_exit(rc).removeprefix("worker ")
-        cooled = False
-        if kind is ExitKind.CRASH:
-            # A crash: the head-of-line message fails, the rest never ran.
-            head, rest = ids[0], ids[1:]
-            reason = describe_exit(rc)
-            self.errors.append((head, "failed", reason))
-            self.failwatch.failed(w.stage, reason)
-            self.stats.crashed(w.stage, now - w.head_since)
-            self.to_release.extend(rest)
-            log.warning(
-                "stage %s worker pid %d crashed: %s; message %d failed, %d released",
-                w.stage,
-                w.pid,
-                reason,
-                head,
-                len(rest),
-            )
-        else:
-            self.to_release.extend(ids)
-        if kind is ExitKind.DIED_BEFORE_READING:
-            # Its head-of-line message never started, so nothing fails --
-            # otherwise a broken PROGRAM (bad arguments, a missing library) would
-            # slowly fail the whole backlog, one message per cooldown.
-            if pool is not None:
-                pool.start_cooldown(
-                    now,
-                    f"worker pid {w.pid} {exit_text} before reading its input"
-                    f" ({len(ids) + n_undelivered} message(s) stay pending)",
-                )
-                cooled = True
-        elif kind is ExitKind.NO_STAGE:
-            # The worker did not find its stage in its configuration and touched
-            # nothing (worker SDK): no failure, the stage waits for a fixed config.
-            if pool is not None:
-                if now >= pool.cooldown_until:
-                    log.error(
-                        "stage %s: worker pid %d found no stage %s in its configuration"
-                        " (exit %d); fix PROGRAM or give it this dispatcher's file (%s:"
-                        " PEPSI_CONFIG, or CONFIG_FILE in [pepsi-dispatch]); %d message(s)"
-                        " stay pending",
-                        w.stage,
-                        w.pid,
-                        w.stage,
-                        rc,
-                        self.config.path or "none loaded",
-                        len(ids) + n_undelivered,
-                    )
-                pool.start_cooldown(now, f"worker pid {w.pid} does not know stage {w.stage}")
-                cooled = True
-        elif kind is ExitKind.TEMPFAIL:
-            # "I could not reach the database; nothing I held is done."
-            if pool is not None:
-                pool.start_cooldown(
-                    now,
-                    f"worker pid {w.pid} could not reach the database (exit {EX_TEMPFAIL});"
-                    f" {len(ids)} message(s) released",
-                )
-                cooled = True
-            else:
-                log.warning(
-                    "stage %s worker pid %d could not reach the database (exit %d);"
-                    " %d message(s) released",
-                    w.stage,
-                    w.pid,
-                    EX_TEMPFAIL,
-                    len(ids),
-                )
-        elif kind is ExitKind.DB_DOWN:
-            log.warning(
-                "stage %s worker pid %d %s while the database is unreachable;"
-                " %d message(s) released, none failed",
-                w.stage,
-                w.pid,
-                exit_text,
-                len(ids),
-            )
-        elif kind is ExitKind.KILLED:
-            log.info(
-                "stage %s worker pid %d killed; %d message(s) released", w.stage, w.pid, len(ids)
-            )
-        elif kind is ExitKind.STOPPED:
-            # Dying of the SIGTERM we sent is a normal way to stop.
-            normal = rc == 0 or (self.shutting_down and rc == -signal.SIGTERM)
-            log.log(
-                logging.INFO if normal else logging.WARNING,
-                "stage %s worker pid %d stopped (%s): %s%s",
-                w.stage,
-                w.pid,
-                w.stop_reason or "dispatcher stopping",
-                exit_text,
-                f"; {len(ids)} message(s) released" if ids else "",
-            )
-        elif kind is ExitKind.EXITED:
-            log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)
-        expected = w.stopping or self.shutting_down
-        if (
-            pool is not None
-            and not cooled
-            and not expected
-            and not w.killed
-            and w.answered == 0
-            and not self.shutting_down
-        ):
-            pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
+                    self.pipeline.requeue_dirty = True
 
     def _timers(self, now: float) -> None:
         """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
         self.watchdog.tick(now)
         self.failwatch.check(now)
-        if not self.db_ok and now >= self.reconnect_at:
+        if not self.link.connected and now >= self.link.reconnect_at:
             self._reconnect(now)
-        if self.db_ok and now >= self.next_heartbeat and now >= self.db_hold_until:
+        if self.link.ready(now) and now >= self.next_heartbeat:
             if self.shutting_down:
                 self._shutdown_heartbeat(now)
             else:
                 self._heartbeat(now)
-        for pool in self.pools.values():
-            if pool.cooldown_until and now >= pool.cooldown_until:
-                pool.cooldown_until = 0.0  # the delay is kept, so the next one grows
-                self.claim_needed = True
-                log.info("stage %s: cooldown over, starting workers again", pool.name)
-        max_runtime = self.dc.max_runtime
-        startup_limit = max(max_runtime, STARTUP_MIN)
-        idle_timeout = self.dc.worker_idle_timeout
-        for w in self._all_workers():
-            if w.killed:
-                continue
-            if w.inflight and not w.reading:
-                # Not started yet: the head's clock starts when it reads its input.
-                if w.has_read():
-                    w.head_since = now
-                elif now - w.first_given >= startup_limit:
-                    log.warning(
-                        "stage %s worker pid %d read none of its input within %g s"
-                        " of being started; killing it",
-                        w.stage,
-                        w.pid,
-                        startup_limit,
-                    )
-                    self._kill(w, now)
-                    pool = self._pool_of(w)
-                    if pool is not None:
-                        pool.start_cooldown(now, f"worker pid {w.pid} never started reading")
-                continue
-            if w.inflight and now - w.head_since >= max_runtime:
-                head = w.inflight.popleft()
-                if self.where.get(head) is w and head not in w.inflight:
-                    del self.where[head]
-                seconds = now - w.head_since
-                reason = f"timeout: no answer within MAX_RUNTIME ({max_runtime:g} s); worker killed"
-                self.errors.append((head, "timeout", reason))
-                self.stats.timed_out(w.stage, seconds)
-                log.warning(
-                    "stage %s worker pid %d: message %d unanswered after %.1f s "
-                    "(MAX_RUNTIME); killing the worker",
-                    w.stage,
-                    w.pid,
-                    head,
-                    seconds,
-                )
-                self._kill(w, now)
-            elif w.eof and now - w.eof_at >= EOF_GRACE:
-                log.warning(
-                    "stage %s worker pid %d closed stdout but did not exit; killing it",
-                    w.stage,
-                    w.pid,
-                )
-                self._kill(w, now)
-            elif w.stopping and w.stop_deadline and now >= w.stop_deadline:
-                log.warning(
-                    "stage %s worker pid %d did not exit within SHUTDOWN_TIMEOUT; killing it",
-                    w.stage,
-                    w.pid,
-                )
-                self._kill(w, now)
-            elif (
-                not w.inflight
-                and not w.stopping
-                and not w.eof
-                and now - w.idle_since >= idle_timeout
-            ):
-                self._stop_worker(w, now, "idle")
+        self.workers.watchdogs.fire_due(now)
         if self.shutting_down and now >= self.shutdown_deadline:
-            for w in self._all_workers():
-                if not w.killed:
-                    log.warning(
-                        "stage %s worker pid %d still running after SHUTDOWN_TIMEOUT; killing it",
-                        w.stage,
-                        w.pid,
-                    )
-                    self._kill(w, now)
-            # Killed children go away in milliseconds; wait for them here so the
-            # shutdown does not spin on the 10 ms reap timer.
-            for w in self._all_workers():
-                rc = w.wait_dead()
-                self._finalize(w, rc, now)
+            self.workers.kill_all_now(now)
 
     # == database ================================================================
     def _db_iteration(self, now: float) -> None:
-        """This iteration's database work, in one pipeline; then place claimed ids."""
-        requeue = None
-        if (
-            not self.shutting_down
-            and now >= self.requeue_blocked_until
-            and (
-                now >= self.requeue_at
-                or (self.requeue_dirty and now - self.last_requeue >= REQUEUE_AFTER_ANSWERS)
-            )
-        ):
-            requeue = self._requeue_args()
-        claim = None
-        stages: list[str] = []
-        caps: list[int] = []
-        # With a requeue in the pipeline, claim too: the claim runs after it and
-        # picks up the rows it just made pending, in the same round trip.
-        if (self.claim_needed or requeue) and not self.shutting_down:
-            for name, pool in self.pools.items():
-                cap = pool.capacity(now)
-                if cap > 0:
-                    stages.append(name)
-                    caps.append(cap)
-        errors, answered, release = self.errors, self.answered, self.to_release
-        if self.floor:
-            self._lower_floors(errors, answered, release)
-        if stages:
-            after_ids = None
-            # A requeue in the same pipeline may make low ids pending just before
-            # the claim: that claim goes unbounded (about once a second when busy).
-            if self.floor and requeue is None and not self.dc.competing:
-                after_ids = [self.floor.get(s) for s in stages]
-            claim = (stages, caps, after_ids)
-        where = self.where
-        if where and (errors or answered or release):
-            # An id owed a write may meanwhile be in flight again at its next
-            # stage (the stage advanced it, we claimed it, then read the old
-            # answer). Writing then would fail or release a row another worker
-            # is working on -- the one thing that must never happen.
-            errors = self.errors = [e for e in errors if e[0] not in where]
-            answered = self.answered = [i for i in answered if i not in where]
-            release = self.to_release = [i for i in release if i not in where]
-        if errors or answered or release or requeue or claim:
-            try:
-                if release:
-                    # Separate statement first: released rows become claimable in
-                    # the same iteration's claim.
-                    self.db.release(self.dispatcher_id, release)
-                    log.debug("released %d row(s): %s", len(release), ids_text(release))
-                self.to_release = []
-                t0 = time.monotonic()
-                result = self.db.iteration(self.dispatcher_id, errors, answered, requeue, claim)
-                self.stats.round_trip(time.monotonic() - t0, claim is not None)
-                self.round_trips += 1
-            except psycopg.Error as exc:
-                if not self._poisoned(exc):
-                    self._db_lost(now, exc)
-                    return
-                isolated = self._isolate(now, exc, errors, answered, requeue, claim)
-                if isolated is None:
-                    return
-                result = isolated
-            self.errors = []
-            self.answered = []
-            self.answered_at.clear()
-            self.claim_needed = False
-            self.db_hold_delay = RECONNECT_FIRST
-            self._after_iteration(result, now)
-        self._maybe_flush(now)
-
-    def _poisoned(self, exc: psycopg.Error) -> bool:
-        """Did a statement fail for what it was given, the connections being fine?
-
-        Lost connections, timeouts and cancels (OperationalError) are the
-        database's trouble, handled by _db_lost; anything else with both
-        connections intact (a data error, a limit, a raising trigger) may be
-        one bad row or stage poisoning the shared round trip.
-        """
-        if isinstance(exc, CONNECTION_LOST):
-            return False
-        return not (self.db.work_dead() or self.db.listen_dead())
-
-    def _isolate(
-        self,
-        now: float,
-        exc: psycopg.Error,
-        errors: list[tuple[int, str, str]],
-        answered: list[int],
-        requeue: tuple[list[str], list[int], int, float | None] | None,
-        claim: tuple[list[str], list[int], list[int | None] | None] | None,
-    ) -> IterationResult | None:
-        """The pipelined round trip failed with the connections intact: run its
-        parts one statement at a time, so that one poisoned row or stage stops
-        only itself. Rows whose write keeps failing are failed with a short
-        dispatch_error saying why; a failing requeue is skipped for a while; a
-        stage whose claim fails cools down. None if the connection broke
-        meanwhile (then _db_lost has run; the owed writes are kept and are
-        idempotent, fenced by dispatcher id)."""
-        log.error("database round trip failed (%s); running its parts one by one", _one_line(exc))
-        result = IterationResult([], None, [])
-        try:
-            if errors:
-                self._record_errors_alone(errors)
-            if answered:
-                result.left_running = self._check_answered_alone(answered)
-            if requeue is not None:
-                result.requeue = self._requeue_alone(now, requeue)
-            if claim is not None:
-                result.claimed = self._claim_by_stage(now, claim)
-        except psycopg.Error as lost:
-            self._db_lost(now, lost)
-            return None
-        self.round_trips += 1
-        return result
-
-    def _record_errors_alone(self, errors: list[tuple[int, str, str]]) -> None:
-        try:
-            self.db.record_errors(self.dispatcher_id, errors)
-            return
-        except psycopg.Error as exc:
-            if not self._poisoned(exc):
-                raise
-        for e in errors:
-            try:
-                self.db.record_errors(self.dispatcher_id, [e])
-            except psycopg.Error as exc:
-                if not self._poisoned(exc):
-                    raise
-                self._fail_poisoned(e[0], f"its {e[1]} could not be recorded", exc)
-
-    def _check_answered_alone(self, answered: list[int]) -> list[tuple[int, str]]:
-        try:
-            return self.db.check_answered(self.dispatcher_id, answered)
-        except psycopg.Error as exc:
-            if not self._poisoned(exc):
-                raise
-        out: list[tuple[int, str]] = []
-        for wid in answered:
-            try:
-                out.extend(self.db.check_answered(self.dispatcher_id, [wid]))
-            except psycopg.Error as exc:
-                if not self._poisoned(exc):
-                    raise
-                self._fail_poisoned(wid, "checking its answer 0 failed", exc)
-        return out
-
-    def _fail_poisoned(self, wid: int, what: str, exc: psycopg.Error) -> None:
-        """Take a row whose write keeps failing out of the way: fail it with a
-        short dispatch_error saying why (log ERROR). Raises on a lost connection."""
-        reason = f"dispatch error: {what}: {_one_line(exc)[:300]}"
-        log.error("message %d: %s; failing it", wid, reason.removeprefix("dispatch error: "))
-        try:
-            self.db.record_errors(self.dispatcher_id, [(wid, "failed", reason)])
-        except psycopg.Error as again:
-            if not self._poisoned(again):
-                raise
-            log.error(
-                "message %d: cannot fail it either (%s); it stays running, held by this"
-                " dispatcher, until a restart resets it",
-                wid,
-                _one_line(again),
-            )
-
-    def _requeue_alone(
-        self, now: float, requeue: tuple[list[str], list[int], int, float | None]
-    ) -> Requeue | None:
-        try:
-            return self.db.requeue_due(*requeue)
-        except psycopg.Error as exc:
-            if not self._poisoned(exc):
-                raise
-            log.error(
-                "requeue_due failed (%s); paused rows are not requeued, next try in %g s",
-                _one_line(exc),
-                REQUEUE_RETRY_AFTER_ERROR,
-            )
-            self.requeue_at = self.requeue_blocked_until = now + REQUEUE_RETRY_AFTER_ERROR
-            return None
-
-    def _claim_by_stage(
-        self, now: float, claim: tuple[list[str], list[int], list[int | None] | None]
-    ) -> list[tuple[int, str]]:
-        stages, caps, after_ids = claim
-        try:
-            return self.db.claim(self.dispatcher_id, stages, caps, after_ids)
-        except psycopg.Error as exc:
-            if not self._poisoned(exc):
-                raise
-        out: list[tuple[int, str]] = []
-        for i, stage in enumerate(stages):
-            after = None if after_ids is None else [after_ids[i]]
-            try:
-                out.extend(self.db.claim(self.dispatcher_id, [stage], [caps[i]], after))
-            except psycopg.Error as exc:
-                if not self._poisoned(exc):
-                    raise
-                log.error("stage %s: claim failed: %s", stage, _one_line(exc))
-                pool = self.pools.get(stage)
-                if pool is not None:
-                    pool.start_cooldown(now, "its claim failed (see the ERROR line above)")
-        return out
-
-    def _lower_floors(
-        self, errors: list[tuple[int, str, str]], answered: list[int], release: list[int]
-    ) -> None:
-        """Rows answered, failed or released may be pending again (at any stage,
-        a stage can advance a row anywhere) with their own id: no floor may stay
-        at or above the lowest of them."""
-        low = min(
-            min(answered, default=INF),
-            min((e[0] for e in errors), default=INF),
-            min(release, default=INF),
-        )
-        if low == INF:
-            return
-        floor = self.floor
-        for stage, f in floor.items():
-            if f >= low:
-                floor[stage] = int(low) - 1
-
-    def _requeue_args(self) -> tuple[list[str], list[int], int, float | None]:
-        stages = list(self.pools)
-        retries = [self.pools[s].config.max_retries for s in stages]
-        # Rows of stages no longer configured get the default cap (10).
-        # EXPIRY = 0 means "never expire" (NULL), not "expire everything at once".
-        return (stages, retries, 10, self.dc.expiry if self.dc.expiry > 0 else None)
-
-    def _after_iteration(self, result: IterationResult, now: float) -> None:
-        for wid, stage in result.left_running:
-            log.warning(
-                "stage %s answered 0 for message %d but left it running; failed it",
-                stage,
-                wid,
-            )
-        if result.requeue is not None:
-            self._requeued(result.requeue, now)
-        if self._count_retried(result):
-            self.requeue_at = now  # learn when they are due
-        if result.claimed:
-            if not self.dc.competing:
-                # The pick takes a stage's lowest pending ids above its floor: every
-                # pending row of that stage up to the highest id returned is claimed.
-                floor = self.floor
-                for wid, stage in result.claimed:
-                    if wid > floor.get(stage, 0):
-                        floor[stage] = wid
-            self._place(result.claimed, now)
-
-    def _count_retried(self, result: IterationResult) -> bool:
-        """Failures record_dispatch_error paused for an automatic retry (RETRY_DELAY)
-        are not failures in the statistics; True if there were any."""
-        for _wid, stage, status, reason in result.retried:
-            self.stats.retried(stage, status, reason)
-        return bool(result.retried)
-
-    def _requeued(self, r: Requeue, now: float) -> None:
-        self.last_requeue = now
-        self.requeue_dirty = False
-        if r.next_due_in is None:
-            self.requeue_at = INF
-        elif r.next_due_in <= 0:
-            # More were due than one call moves: go again soon.
-            self.requeue_at = now + (0.01 if r.requeued else 1.0)
-        else:
-            # +5 ms: wake just after the row is due, not just before.
-            self.requeue_at = now + r.next_due_in + 0.005
-        if r.requeued:
-            self.floor.clear()  # requeued rows are pending again with their low ids
-        if r.requeued or r.exhausted or r.expired:
-            self.stats.requeued += r.requeued
-            self.stats.expired += r.expired
-            for stage, n in r.exhausted_by_stage:
-                self.stats.exhausted(stage, n)
-            self.claim_needed = True
-            # One INFO line per minute at most (the first one at once): a stage
-            # that pauses a lot would otherwise log every second all hour.
-            sums = self._requeue_sums
-            sums[0] += r.requeued
-            sums[1] += r.exhausted
-            sums[2] += r.expired
-            if now - self._requeue_logged >= REQUEUE_LOG_EVERY:
-                self._log_requeues(now)
-            else:
-                log.debug(
-                    "paused rows due: %d requeued, %d exhausted, %d expired",
-                    r.requeued,
-                    r.exhausted,
-                    r.expired,
-                )
-
-    def _log_requeues(self, now: float) -> None:
-        sums = self._requeue_sums
-        if any(sums):
-            log.info(
-                "paused rows due%s: %d requeued, %d failed (retries exhausted), %d expired",
-                "" if self._requeue_logged == -INF else " since the last such line",
-                *sums,
-            )
-        self._requeue_sums = [0, 0, 0]
-        self._requeue_logged = now
-
-    def _place(self, claimed: list[tuple[int, str]], now: float) -> None:
-        """Hand claimed ids to workers, one write per worker; release what finds no place."""
-        by_stage: dict[str, list[int]] = {}
-        for wid, stage in claimed:
-            by_stage.setdefault(stage, []).append(wid)
-        debug = log.isEnabledFor(logging.DEBUG)
-        for stage, ids in by_stage.items():
-            pool = self.pools.get(stage)
-            if pool is None:
-                self.to_release.extend(ids)
-                continue
-            assignments, unplaced = pool.place(ids, now, self._spawn)
-            for w, batch in assignments:
-                for wid in batch:
-                    # An id may still sit unanswered at its previous stage's worker:
-                    # that stage committed the advance (the claim takes pending rows
-                    # only) and its answer is on the way. The new worker owns it now;
-                    # the old answer then leaves `where` alone. It may also be the
-                    # same worker (the stage advanced the row to itself): then `w`
-                    # holds the id twice and only its last answer clears `where`.
-                    self.where[wid] = w
-                w.give(batch, now)
-                if w.outbuf and w.stdin_fd is not None:
-                    try:
-                        self.sel.register(w.stdin_fd, selectors.EVENT_WRITE, ("in", w))
-                    except KeyError:
-                        pass
-                self.stats.handed_out(len(batch))
-                if debug:
-                    log.debug("stage %s pid %d: given %s", stage, w.pid, ids_text(batch))
-            if unplaced:
-                self.to_release.extend(unplaced)
-        # A claim that filled capacity may have left more pending rows behind;
-        # answers will free room and trigger the next claim.
-
-    def _maybe_flush(self, now: float, force: bool = False) -> None:
-        if not self.stats.pending():
-            return
-        due = now - self.last_flush >= self.dc.stats_interval
-        if not due and now - self.last_flush >= IDLE_FLUSH_MIN:
-            due = not any(w.inflight for w in self._all_workers())
-        if not (due or force):
-            return
-        try:
-            self.db.flush_stats(self.stats.flush_args())
-        except psycopg.Error as exc:
-            if not self._poisoned(exc):
-                self._db_lost(now, exc)
-                return
-            # Deltas the database refuses would block every later flush (and,
-            # through _db_lost, all database work): drop them, loudly.
-            log.error("statistics flush failed (%s); these deltas are dropped", _one_line(exc))
-        self.stats.clear()
-        self.last_flush = now
+        """This wake's database work, planned once, in one pipeline; then place
+        claimed ids, and flush statistics when due."""
+        plan = self.pipeline.plan(now, self.shutting_down)
+        if plan:
+            self.pipeline.run(plan, now)
+        self.pipeline.flush_stats(now)
 
     def _shutdown_heartbeat(self, now: float) -> None:
         """While stopping: only say we are alive (no claims, resets or purges).
@@ -1351,60 +287,23 @@ class Dispatcher:
         """
         self.next_heartbeat = now + self.heartbeat_interval
         try:
-            self._check_registration(now)
+            self.pipeline.check_registration()
             self.db.heartbeat(self.dispatcher_id)
         except psycopg.Error as exc:
-            self._db_lost(now, exc)
-
-    def _check_registration(self, now: float) -> None:
-        """Competing: were we declared dead (heartbeat older than ORPHAN_TIMEOUT)?
-
-        Then another replica has reset our running rows, and may already run
-        them. Before the heartbeat registers us again, every worker is killed
-        and every id it held, or that we owed a write for, is dropped: none of
-        them is ours any more (a late write would be refused by the fencing
-        token anyway, but the work itself must stop).
-        """
-        if not self.dc.competing or self.db.registered(self.dispatcher_id):
-            return
-        workers = self._all_workers()
-        held = sum(len(w.inflight) + len(w.undelivered) for w in workers)
-        for w in workers:
-            w.wait_dead()  # SIGKILL to the group, then reap
-            self._unwatch(w.stdout_fd)
-            self._unwatch(w.stderr_fd)
-            self._unwatch(w.stdin_fd)
-            w.close_fds()
-            w.inflight.clear()
-            w.undelivered.clear()
-        for pool in self.pools.values():
-            pool.workers.clear()
-        self.leftover.clear()
-        self.where.clear()
-        self.errors, self.answered, self.to_release = [], [], []
-        self.answered_at.clear()
-        self.floor.clear()
-        self.claim_needed = True
-        log.error(
-            "this replica was declared dead by another (its heartbeat was older than"
-            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
-            " %d message(s) they held; registering again",
-            len(workers),
-            held,
-        )
+            self.link.lost(now, exc)
 
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.heartbeat_interval
         # Rows made pending without a notification (an operator's requeue_failed)
         # are claimed at the latest on this tick (when busy, within about a second:
         # a claim in the same pipeline as requeue_due goes unbounded).
-        self.floor.clear()
+        self.ledger.forget_floors()
         try:
-            self._check_registration(now)
+            self.pipeline.check_registration()
             self.db.heartbeat(self.dispatcher_id, gauges.collect(self))
             self.db.ping_listen()
             self._on_listen(now)  # notifications that arrived during the ping
-            if not self.db_ok:
+            if not self.link.connected:
                 return
             if self.stages_unregistered:
                 self._register_stages(now)
@@ -1422,199 +321,38 @@ class Dispatcher:
                 if purged:
                     log.info("purged %d done row(s) older than RETENTION", purged)
         except psycopg.Error as exc:
-            self._db_lost(now, exc)
+            self.link.lost(now, exc)
             return
-        self.requeue_at = now
-        self.claim_needed = True
-
-    def _db_lost(self, now: float, exc: BaseException) -> None:
-        """A database call failed: keep owed writes; reconnect only what is broken.
-
-        A plain query error (lock_timeout, statement_timeout, a deadlock after
-        its retries, a bad argument) leaves both connections usable: they are
-        kept -- the listen connection holds the advisory lock, and giving it up
-        would let another dispatcher start and reset our in-flight rows -- and
-        the database work is retried after a growing pause. A broken work
-        connection alone is reopened alone; only a broken listen connection
-        means a full reconnect (lock, LISTEN, claim pass).
-        """
-        listen_dead = self.db.listen_dead()
-        if self.db_ok and not listen_dead and not self.db.work_dead():
-            self.db_hold_until = now + self.db_hold_delay
-            if now - self.last_query_error_log >= 30.0:
-                self.last_query_error_log = now
-                log.warning(
-                    "database error (%s); connections kept, retrying in %g s (growing)",
-                    _one_line(exc),
-                    self.db_hold_delay,
-                )
-            else:
-                log.debug(
-                    "database error (%s); retrying in %g s", _one_line(exc), self.db_hold_delay
-                )
-            self.db_hold_delay = min(RECONNECT_MAX, self.db_hold_delay * 2)
-            return
-        if self.db_ok:
-            log.warning(
-                "database trouble (%s); reconnecting%s, workers keep running",
-                _one_line(exc),
-                "" if listen_dead else " the work connection",
-            )
-            self.reconnect_delay = RECONNECT_FIRST
-            self.reconnect_failures = 0
-            self.last_down_log = now
-        self.db_ok = False
-        if listen_dead:
-            self.reconnect_work_only = False
-            if self._listen_fd >= 0:
-                # By the number registered: a broken connection no longer knows its socket.
-                self._unwatch(self._listen_fd)
-                self._listen_fd = -1
-            self.db.close()
-        else:
-            self.reconnect_work_only = True
-            self.db.close_work()
-        self.reconnect_at = now + self.reconnect_delay
-        self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
+        self.pipeline.requeue_at = now
+        self.ledger.want_claim()
 
     def _reconnect(self, now: float) -> None:
-        work_only = self.reconnect_work_only and not self.db.listen_dead()
-        if not work_only and self._listen_fd >= 0:
-            self._unwatch(self._listen_fd)
-            self._listen_fd = -1
-        try:
-            if work_only:
-                # The listen connection still holds the lock and LISTENs.
-                self.db.connect_work()
-                locked = True
-            else:
-                self.db.connect()
-                locked = self.db.try_lock()
-            if not locked and self._retake_lock_later(now):
-                return
-            if not locked:
-                holders = self.db.lock_holders()
-                self.lock_lost = (
-                    "lost the database to another dispatcher while reconnecting "
-                    f"({holders}); stopping"
-                )
-            else:
-                if not work_only:
-                    self.db.start_listening()
-                # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
-                self._check_registration(now)
-                self.db.heartbeat(self.dispatcher_id)
-                # Rows the database says we hold but no worker has (a claim that
-                # committed while its answer was lost) go back to pending; rows
-                # with an owed failure or answer check are left for those writes.
-                stray = self._strays()
-                if stray:
-                    self.db.release(self.dispatcher_id, stray)
-                    log.info("released %d claimed row(s) no worker had", len(stray))
-        except psycopg.Error as exc:
-            self.reconnect_failures += 1
-            if now - self.last_down_log >= 30.0:
-                self.last_down_log = now
-                log.warning(
-                    "database still unreachable after %d attempt(s): %s; retrying every %g s",
-                    self.reconnect_failures,
-                    _one_line(exc),
-                    RECONNECT_MAX,
-                )
-            else:
-                log.debug("reconnect failed: %s", _one_line(exc))
-            if work_only:
-                self.db.close_work()
-            else:
-                self.db.close()
-            self.reconnect_at = now + self.reconnect_delay
-            self.reconnect_delay = min(RECONNECT_MAX, self.reconnect_delay * 2)
-            return
-        if self.lock_lost:
+        """One reconnect attempt (pepsi_dispatch/dblink.py), then what it means here."""
+        done = self.link.reconnect(now, self._resume)
+        if self.link.state is LinkState.LOCK_LOST:
             self._abort_fatal()
             return
-        self.db_ok = True
-        self.reconnect_work_only = False
-        self.db_hold_until = 0.0
-        self.lock_retake_deadline = 0.0
-        if not work_only:
-            self.listen_pid = self.db.listen_pid()
-        log.info(
-            "database connection re-established%s; %s, full claim pass",
-            f" after {self.reconnect_failures} failed attempt(s)"
-            if self.reconnect_failures
-            else "",
-            "work connection only (lock and LISTEN kept)" if work_only else "LISTEN renewed",
-        )
-        self.reconnect_failures = 0
-        self.reconnect_delay = RECONNECT_FIRST
-        self.floor.clear()  # stray rows were released; notifications may be lost
-        self.claim_needed = True
-        self.requeue_at = now
-        if work_only:
+        if done is None:
+            return
+        self.ledger.rescan()  # stray rows were released; notifications may be lost
+        self.pipeline.requeue_at = now
+        if done is LinkState.RECONNECT_WORK:
             return  # no notification was missed: the listen connection stayed
-        self._watch_listen()
         # A config_changed may have been missed while disconnected: reload, but
         # retire workers only if the stage table really changed.
         self.reload_pending = True
         self.reload_if_changed = True
 
-    def _strays(self) -> list[int]:
-        """Rows the database says we hold but no worker has (after a reconnect).
-
-        A claim that committed while its reply was lost with the connection
-        left such rows running. Rows with an owed write are normally left for
-        that write -- except a row owed an answer check that is no longer at
-        the stage its answer was for (the last fused stage, if any): the stage
-        advanced it, and the lost claim took it again. Its check would fail a
-        healthy row for being "left running"; it is released instead (the
-        last-fused-stage guard, docs/INTERNALS.md).
-        """
-        held = self.db.held(self.dispatcher_id) - set(self.to_release)
-        owed = {e[0] for e in self.errors}
-        owed.update(self.where)
-        checks = (held & set(self.answered)) - owed
-        moved: set[int] = set()
-        if checks:
-            at = self.db.stages_of(checks)
-            moved = {i for i in checks if at.get(i) != self.answered_at.get(i)}
-        if moved:
-            self.answered = [i for i in self.answered if i not in moved]
-            for i in moved:
-                self.answered_at.pop(i, None)
-        owed.update(self.answered)
-        return sorted(held - owed)
-
-    def _retake_lock_later(self, now: float) -> bool:
-        """try_lock failed on reconnect: is the holder our own old session?
-
-        After a network partition longer than the client keepalives, the
-        server-side backend of the OLD listen connection may still be alive and
-        hold the lock. Then it is terminated and the reconnect retried shortly
-        (True); only once that window is over, or when the holder is another
-        session, is the lock lost (False). The work connection is open here.
-        """
-        if self.lock_retake_deadline and now >= self.lock_retake_deadline:
-            return False
-        pids = self.db.lock_pids()
-        old = self.listen_pid
-        if pids and old not in pids:
-            return False  # another session holds it
-        if not self.lock_retake_deadline:
-            self.lock_retake_deadline = now + LOCK_RETAKE_WINDOW
-        if old in pids:
-            log.warning(
-                "reconnect: the dispatcher lock is still held by our old listen session"
-                " (server pid %d, from before the connection broke); terminating it",
-                old,
-            )
-            try:
-                self.db.terminate_backend(old)
-            except psycopg.Error as exc:
-                log.warning("cannot terminate server pid %d: %s", old, _one_line(exc))
-        self.db.close()
-        self.reconnect_at = now + LOCK_RETAKE_RETRY
-        return True
+    def _resume(self, now: float) -> None:
+        """Reconnected, the lock ours: are we still registered, and which rows
+        do we hold that no worker has? Raises psycopg.Error."""
+        # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
+        self.pipeline.check_registration()
+        self.db.heartbeat(self.dispatcher_id)
+        # Rows the database says we hold but no worker has (a claim that
+        # committed while its answer was lost) go back to pending; rows
+        # with an owed failure or answer check are left for those writes.
+        self.pipeline.release_strays()
 
     def _abort_fatal(self) -> None:
         """Another dispatcher owns the database: kill our workers and stop.
@@ -1623,27 +361,9 @@ class Dispatcher:
         effort): the writes are fenced by dispatcher_id, so they change only
         rows still held by this dispatcher.
         """
-        for w in self._all_workers():
-            w.wait_dead()
-            w.close_fds()
-        self.pools.clear()
-        self.leftover.clear()
-        if not self.db.work_dead():
-            where = self.where
-            errors = [e for e in self.errors if e[0] not in where]
-            answered = [i for i in self.answered if i not in where]
-            try:
-                if errors or answered:
-                    self._count_retried(
-                        self.db.iteration(self.dispatcher_id, errors, answered, None, None)
-                    )
-                    self.errors, self.answered = [], []
-                if self.stats.pending():
-                    self.db.flush_stats(self.stats.flush_args())
-                    self.stats.clear()
-            except psycopg.Error as exc:
-                log.warning("could not settle owed writes and stats: %s", _one_line(exc))
-        raise FatalError(self.lock_lost or self.fatal or "fatal error")
+        self.workers.abandon_all()
+        self.pipeline.settle_fenced()
+        raise FatalError(self.link.lock_lost or self.fatal or "fatal error")
 
     # == reload ==================================================================
     def _reload(
@@ -1668,7 +388,7 @@ class Dispatcher:
             self.reload_if_changed = only_if_changed
             if cause is ReloadCause.SIGHUP:
                 self.reload_cause = cause
-            self._db_lost(now, exc)
+            self.link.lost(now, exc)
             return
         self.file_config = base
         if only_if_changed and new.stages == self.config.stages:
@@ -1685,16 +405,9 @@ class Dispatcher:
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)
         self._register_stages(now)
-        n = 0
-        for w in self._all_workers():
-            if not w.retiring:
-                w.retiring = True
-                n += 1
-                if not w.inflight and not w.stopping:
-                    self._stop_worker(w, now, "reload")
-        self._build_pools(self.config)
-        self.floor.clear()
-        self.claim_needed = True
+        n = self.workers.retire_all(now)
+        self.workers.build(self.config)
+        self.ledger.rescan()
         log.info(
             "configuration reloaded: stages %s; retiring %d worker(s)",
             ", ".join(
@@ -1711,7 +424,7 @@ class Dispatcher:
         try:
             self.db.register_stages(self.dispatcher_id, self.config.stages.values())
         except psycopg.Error as exc:
-            self._db_lost(now, exc)
+            self.link.lost(now, exc)
             return
         self.stages_unregistered = False
 
@@ -1722,52 +435,34 @@ class Dispatcher:
         self.shutting_down = True
         notify("STOPPING=1")
         self.shutdown_deadline = now + self.dc.shutdown_timeout
-        workers = self._all_workers()
         log.info(
             "stopping: no more claims; SIGTERM to %d worker(s), SHUTDOWN_TIMEOUT %g s",
-            len(workers),
+            len(self.workers.all()),
             self.dc.shutdown_timeout,
         )
-        for w in workers:
-            w.stopping = True
-            w.signal(signal.SIGTERM)
+        self.workers.terminate_all()
 
     def _finish_shutdown(self) -> int:
         """All workers are gone: settle owed writes, release held rows, flush, unregister."""
-        self._log_requeues(time.monotonic())
-        deadline = time.monotonic() + max(self.dc.shutdown_timeout, 1.0)
+        self.pipeline.log_requeues(self.clock())
+        deadline = self.clock() + max(self.dc.shutdown_timeout, 1.0)
         while True:
-            now = time.monotonic()
-            if not self.db_ok or now < self.db_hold_until:
-                if now >= deadline:
-                    log.error(
-                        "stopped without %s: held rows stay running "
-                        "until the next dispatcher resets them",
-                        "a database connection" if not self.db_ok else "settling them (errors)",
-                    )
-                    return 1
-                if self.db_ok:
-                    time.sleep(max(0.0, min(self.db_hold_until, deadline) - now))
+            now = self.clock()
+            if not self.link.wait_ready(now, deadline, self.clock, self._reconnect):
+                if now < deadline:
                     continue
-                time.sleep(max(0.0, min(self.reconnect_at, deadline) - now))
-                self._reconnect(time.monotonic())
-                continue
+                log.error(
+                    "stopped without %s: held rows stay running "
+                    "until the next dispatcher resets them",
+                    "a database connection"
+                    if not self.link.connected
+                    else "settling them (errors)",
+                )
+                return 1
             try:
-                if self.errors or self.answered:
-                    self._count_retried(
-                        self.db.iteration(
-                            self.dispatcher_id, self.errors, self.answered, None, None
-                        )
-                    )
-                    self.errors, self.answered = [], []
-                n = self.db.release(self.dispatcher_id, None)
-                self.to_release = []
-                if self.stats.pending():
-                    self.db.flush_stats(self.stats.flush_args())
-                    self.stats.clear()
-                self.db.unregister(self.dispatcher_id)
+                n = self.pipeline.settle_at_exit()
             except psycopg.Error as exc:
-                self._db_lost(now, exc)
+                self.link.lost(now, exc)
                 continue
             break
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -1777,7 +472,7 @@ class Dispatcher:
             self.dispatcher_id,
             self.stats.total_messages,
             self.stats.total_stage_runs,
-            self.round_trips,
+            self.pipeline.round_trips,
             usage.ru_utime + usage.ru_stime,
             f", {n} held row(s) released" if n else "",
         )
@@ -1786,18 +481,18 @@ class Dispatcher:
         return 0
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+def _heartbeat_interval(dc: DispatchConfig) -> float:
+    """POLL_INTERVAL; competing, at most a third of ORPHAN_TIMEOUT; at least 50 ms."""
+    interval = dc.poll_interval
+    if dc.competing:
+        interval = min(interval, dc.orphan_timeout / 3)
+    return max(interval, 0.05)
 
 
 def serve(config: Config) -> int:
-    """Run the dispatcher with ``config`` until SIGINT/SIGTERM; returns the exit code.
-
-    Raises :class:`~pepsi_dispatch.errors.UsageError` (exit 2) when another
-    dispatcher holds the database or the overlay is bad at start-up, and
-    :class:`~pepsi_dispatch.errors.FatalError` (exit 1) for fatal runtime
-    errors such as a reloaded graph that does not parse.
-    """
+    """Run the dispatcher until SIGINT/SIGTERM; returns the exit code. Raises
+    UsageError (exit 2: the database is served by another dispatcher, a bad
+    overlay at start-up) and FatalError (exit 1: e.g. a reload that does not parse)."""
     return Dispatcher(config).run()
 
 

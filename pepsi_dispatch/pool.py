@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+from .backoff import Backoff
 from .config import StageConfig
 from .process import Worker
 
@@ -42,7 +43,8 @@ class StagePool:
         self.workers: list[Worker] = []
         #: monotonic time until which no worker is spawned (0 = none).
         self.cooldown_until = 0.0
-        self.cooldown_delay = 0.0
+        #: delay of the next cooldown (1 s doubling to 60 s; reset by an answer).
+        self.cooldown = Backoff(COOLDOWN_FIRST, COOLDOWN_MAX)
         #: warm spares: started, handed nothing, holding no slot (pids in ``workers``).
         self.spares: set[int] = set()
         #: workers that drained at MAX_MESSAGES and gave their slot up while exiting.
@@ -205,20 +207,13 @@ class StagePool:
         if now < self.cooldown_until:
             log.debug("stage %s: %s (already cooling down)", self.name, why)
             return
-        self.cooldown_delay = min(
-            COOLDOWN_MAX, self.cooldown_delay * 2 if self.cooldown_delay else COOLDOWN_FIRST
-        )
-        self.cooldown_until = now + self.cooldown_delay
-        log.warning(
-            "stage %s: %s; holding off new workers for %.0f s",
-            self.name,
-            why,
-            self.cooldown_delay,
-        )
+        delay = self.cooldown.next()
+        self.cooldown_until = now + delay
+        log.warning("stage %s: %s; holding off new workers for %.0f s", self.name, why, delay)
 
     def success(self) -> None:
         """A worker answered: the stage works, forget the cooldown history."""
-        self.cooldown_delay = 0.0
+        self.cooldown.reset()
 
 
 #: libpq variables that may carry the dispatcher's password: never passed to a

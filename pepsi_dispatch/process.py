@@ -75,9 +75,10 @@ def become_subreaper() -> bool:
     :func:`reap_orphans`) -- and zombies cannot pile up when the dispatcher runs
     as PID 1 in a container. False if the kernel refused (not Linux).
     """
-    if _libc is None:
+    if _libc is None or _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        log.debug("cannot become a child subreaper; escaped grandchildren go to init")
         return False
-    return _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return True
 
 
 def reap_orphans(workers: Container[int]) -> tuple[list[int], bool]:
@@ -175,6 +176,52 @@ def describe_exit(returncode: int) -> str:
     return f"worker exited with code {returncode}"
 
 
+def _start_child(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start a worker in its own session with non-blocking pipes."""
+    parent = os.getpid()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        close_fds=True,
+        start_new_session=True,
+        preexec_fn=lambda: _child_setup(parent),
+        bufsize=0,
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        os.set_blocking(f.fileno(), False)
+    # stderr is drained whenever the loop is not inside a database call;
+    # a 1 MiB pipe (Linux default 64 KiB) lets a flood continue through
+    # such a call without the worker ever blocking on a write.
+    try:
+        fcntl.fcntl(proc.stderr.fileno(), _F_SETPIPE_SZ, STDERR_PIPE_SIZE)
+    except OSError:
+        pass  # above /proc/sys/fs/pipe-max-size: keep the default
+    return proc
+
+
+class Life(enum.Enum):
+    """A worker's life. It only moves forward, and only through Worker's methods::
+
+        RUNNING --stop()/terminate()--> STOPPING --kill()--> KILLED
+           |                               ^
+           +-----------kill()--------------+--------------> KILLED
+
+    ``retire()`` (a reload) is a mark on RUNNING or STOPPING, not a state of its
+    own: a retiring worker takes no new ids and is stopped once drained.
+    """
+
+    #: takes ids (unless retired).
+    RUNNING = 1
+    #: asked to go: stdin closed (idle, MAX_MESSAGES, reload) or SIGTERM (shutdown).
+    STOPPING = 2
+    #: SIGKILLed (watchdog, protocol error, shutdown deadline).
+    KILLED = 3
+
+
 class Worker:
     """One running worker child of a stage."""
 
@@ -193,18 +240,7 @@ class Worker:
         if config_file:
             argv += ["-c", config_file]
         argv.append("worker")
-        parent = os.getpid()
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env),
-            close_fds=True,
-            start_new_session=True,
-            preexec_fn=lambda: _child_setup(parent),
-            bufsize=0,
-        )
+        self.proc = _start_child(argv, env)
         self.pid: int = self.proc.pid
         self.stage = stage
         self.generation = generation
@@ -212,15 +248,6 @@ class Worker:
         self.stdin_fd: int | None = self.proc.stdin.fileno()
         self.stdout_fd: int | None = self.proc.stdout.fileno()
         self.stderr_fd: int | None = self.proc.stderr.fileno()
-        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
-            os.set_blocking(fd, False)
-        # stderr is drained whenever the loop is not inside a database call;
-        # a 1 MiB pipe (Linux default 64 KiB) lets a flood continue through
-        # such a call without the worker ever blocking on a write.
-        try:
-            fcntl.fcntl(self.stderr_fd, _F_SETPIPE_SZ, STDERR_PIPE_SIZE)
-        except OSError:
-            pass  # above /proc/sys/fs/pipe-max-size: keep the default
         #: ids written (or queued to write) and not answered, in order.
         self.inflight: deque[int] = deque()
         #: ids whose write failed with EPIPE (never reached the worker).
@@ -238,15 +265,15 @@ class Worker:
         self.sent = 0
         #: answers received in its life (a crash before any answer → cooldown).
         self.answered = 0
-        #: no new ids; stop once drained (MAX_MESSAGES reached or reload).
-        self.retiring = False
-        #: stdin closed / SIGTERM sent / SIGKILL sent -- we asked it to go.
-        self.stopping = False
-        self.killed = False
+        #: where it is in its life (see :class:`Life`); changed only by retire(),
+        #: stop(), terminate() and kill().
+        self.life = Life.RUNNING
+        self._retired = False
+        #: when a stopping worker is killed if still there (0 = the shutdown deadline).
         self.stop_deadline = 0.0
         #: why we asked it to go (idle, MAX_MESSAGES, reload) -- for the exit log line.
         self.stop_reason = ""
-        #: stdout reached EOF (the child is exiting or closed it).
+        #: stdout reached EOF (the child is exiting or closed it); see saw_eof().
         self.eof = False
         self.eof_at = 0.0
         #: monotonic time it last had nothing in flight (idle reap).
@@ -256,6 +283,51 @@ class Worker:
         self._err_skipping = False
         #: inside an over-long stdout line whose head was already reported.
         self._out_skipping = False
+
+    # -- life -----------------------------------------------------------------
+    @property
+    def retiring(self) -> bool:
+        """No new ids; stopped once drained (a reload retired it)."""
+        return self._retired
+
+    @property
+    def stopping(self) -> bool:
+        """We asked it to go (stdin closed, SIGTERM or SIGKILL sent)."""
+        return self.life is not Life.RUNNING
+
+    @property
+    def killed(self) -> bool:
+        """SIGKILL was sent."""
+        return self.life is Life.KILLED
+
+    def retire(self) -> bool:
+        """Mark it retiring (a reload); False if it was already."""
+        if self._retired:
+            return False
+        self._retired = True
+        return True
+
+    def stop(self, deadline: float, why: str) -> None:
+        """Ask it to go: EOF on stdin (it finishes and exits 0), killed after ``deadline``."""
+        assert self.life is Life.RUNNING, f"stop() of a worker that is {self.life.name}"
+        self.life = Life.STOPPING
+        self.stop_deadline = deadline
+        self.stop_reason = why
+        self.close_stdin()
+
+    def terminate(self) -> None:
+        """SIGTERM to its group (the dispatcher is stopping); a killed worker stays killed."""
+        if self.life is Life.RUNNING:
+            self.life = Life.STOPPING
+        self.signal(signal.SIGTERM)
+
+    def saw_eof(self, now: float) -> None:
+        """Its stdout reached EOF: it is exiting (or closed it)."""
+        self.eof = True
+        self.eof_at = now
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.stdout_fd = None
 
     # -- ids ------------------------------------------------------------------
     def give(self, ids: list[int], now: float) -> None:
@@ -435,7 +507,7 @@ class Worker:
 
     def kill(self) -> None:
         """SIGKILL the worker and everything in its session (it leads its own group)."""
-        self.killed = True
+        self.life = Life.KILLED
         if self.proc.returncode is None:
             # While the leader is unreaped its group id cannot be reused, so
             # killing the group is safe here and also ends grandchildren that

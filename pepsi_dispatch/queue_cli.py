@@ -33,7 +33,6 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,6 +43,7 @@ import psycopg
 from pepsi_dispatch import __version__
 from pepsi_dispatch.clirun import config_option, run_click
 from pepsi_dispatch.migrate import migrate_command
+from pepsi_dispatch.queue_watch import _age, _json_default, watch_status
 
 __all__ = ["PROG", "cli", "main"]
 
@@ -125,6 +125,36 @@ def _not_before(at: str | None, in_: str | None) -> datetime | None:
     return None
 
 
+def _payloads(payloads: tuple[str, ...]) -> list[Any]:
+    """The JSON objects of the arguments (``-``: stdin, one per line); none: ``{}``."""
+    docs: list[Any] = []
+    for i, text in enumerate(payloads, 1):
+        if text == "-":
+            for n, line in enumerate(sys.stdin, 1):
+                if line.strip():
+                    docs.append(_object(line, f"stdin line {n}"))
+        else:
+            docs.append(_object(text, f"argument {i}"))
+    return docs if payloads else [{}]
+
+
+def _check_stage(obj: _Ctx, stage: str) -> bool:
+    """Refuse a stage no registered stage table nor configuration knows; False
+    if there was nothing to check against."""
+    known, sources = _known_stages(obj)
+    if not sources:
+        return False
+    if stage not in known:
+        close = difflib.get_close_matches(stage, sorted(known), n=1)
+        hint = f" did you mean {close[0]!r}?" if close else ""
+        raise click.UsageError(
+            f"unknown stage {stage!r}: not in {' nor '.join(sources)}"
+            f" (known: {', '.join(sorted(known)) or 'none'});{hint}"
+            " --force enqueues anyway"
+        )
+    return True
+
+
 def _known_stages(obj: _Ctx) -> tuple[set[str], list[str]]:
     """Stage names the registered stage table and the configuration file know,
     and where they were looked up (for messages)."""
@@ -163,29 +193,9 @@ def enqueue(
     from pepsi_dispatch.enqueue import enqueue_many
 
     when = _not_before(at, in_)
-    docs: list[Any] = []
-    for i, text in enumerate(payloads, 1):
-        if text == "-":
-            for n, line in enumerate(sys.stdin, 1):
-                if line.strip():
-                    docs.append(_object(line, f"stdin line {n}"))
-        else:
-            docs.append(_object(text, f"argument {i}"))
-    if not payloads:
-        docs.append({})
-    unchecked = False
-    if not force:
-        known, sources = _known_stages(obj)
-        if not sources:
-            unchecked = True  # said after the insert (a bad name fails there first)
-        elif stage not in known:
-            close = difflib.get_close_matches(stage, sorted(known), n=1)
-            hint = f" did you mean {close[0]!r}?" if close else ""
-            raise click.UsageError(
-                f"unknown stage {stage!r}: not in {' nor '.join(sources)}"
-                f" (known: {', '.join(sorted(known)) or 'none'});{hint}"
-                " --force enqueues anyway"
-            )
+    docs = _payloads(payloads)
+    # Unchecked: said after the insert (a bad name fails there first).
+    unchecked = not force and not _check_stage(obj, stage)
     ids = enqueue_many(obj.conn(), stage, docs, not_before=when)
     if unchecked:
         click.echo(
@@ -219,7 +229,7 @@ def enqueue(
 @click.pass_obj
 def status(obj: _Ctx, as_json: bool, watch: bool, interval: float, count: int | None) -> None:
     if watch:
-        _watch(obj, interval, count, as_json)
+        watch_status(obj, interval, count, as_json)
         return
     rows = obj.conn().execute("SELECT stage, status, count FROM pepsi.queue_counts()").fetchall()
     table: dict[str, dict[str, int]] = {}
@@ -406,33 +416,6 @@ def show(obj: _Ctx, message_id: int, as_json: bool) -> int:
     return 0
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _age(delta: timedelta | None) -> str:
-    """'3 s', '4 min 10 s', '2 h 5 min', '3 d 4 h'; negative: 'overdue ...'."""
-    if delta is None:
-        return "-"
-    secs = delta.total_seconds()
-    if secs < 0:
-        return f"overdue {_age(-delta)}"
-    if secs < 10:
-        return f"{secs:.1f} s"
-    s = int(secs)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
-
-
 def _story_lines(m: dict[str, Any]) -> list[str]:
     when = "%Y-%m-%d %H:%M:%S %Z"
     cap = m["max_retries"]
@@ -490,96 +473,6 @@ def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -
     click.echo(f"{'count':>7}  {'stage':<12} {'status':<8} reason  (newest ids)")
     for st, status_, reason, n, _oldest, _newest, ids in rows:
         click.echo(f"{n:>7}  {st:<12} {status_:<8} {reason}  ({', '.join(map(str, ids))})")
-
-
-def _watch(obj: _Ctx, interval: float, count: int | None, as_json: bool) -> None:
-    """Refresh a per-stage view in place until Ctrl-C (exit 0) or ``count`` frames."""
-    tty = sys.stdout.isatty() and not as_json
-    prev: dict[str, tuple[int, int]] = {}
-    prev_t = 0.0
-    frames = 0
-    try:
-        while True:
-            conn = obj.conn()
-            cur = conn.execute("SELECT * FROM pepsi.queue_overview()")
-            names = [c.name for c in cur.description or ()]
-            stages = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-            cur = conn.execute("SELECT * FROM pepsi.queue_dispatchers()")
-            dnames = [c.name for c in cur.description or ()]
-            dispatchers = [dict(zip(dnames, r, strict=True)) for r in cur.fetchall()]
-            now = time.monotonic()
-            dt = now - prev_t if prev_t else 0.0
-            for st in stages:
-                old = prev.get(st["stage"])
-                if old is not None and dt > 0:
-                    st["processed_per_s"] = (st["processed_total"] - old[0]) / dt
-                    st["failed_per_s"] = (st["failed_total"] - old[1]) / dt
-                else:
-                    st["processed_per_s"] = st["failed_per_s"] = None
-            prev = {st["stage"]: (st["processed_total"], st["failed_total"]) for st in stages}
-            prev_t = now
-            if as_json:
-                frame = {"stages": stages, "dispatchers": dispatchers}
-                click.echo(json.dumps(frame, default=_json_default, sort_keys=True))
-            else:
-                text = "\n".join(_watch_lines(stages, dispatchers))
-                if tty:
-                    click.echo("\x1b[H\x1b[2J" + text)  # home, clear: refresh in place
-                else:
-                    click.echo(text + "\n")
-            frames += 1
-            if count is not None and frames >= count:
-                return
-            time.sleep(interval)
-    except KeyboardInterrupt:
-        return  # Ctrl-C ends the watch: exit 0
-
-
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _watch_lines(stages: list[dict[str, Any]], dispatchers: list[dict[str, Any]]) -> list[str]:
-    stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    width = max([5, *(len(s["stage"]) for s in stages)])
-    lines = [
-        f"pepsi-queue status --watch  {stamp}  (rates per second between refreshes;"
-        " statistics are flushed by the dispatcher)",
-        f"{'stage':<{width}} {'pending':>8} {'running':>8} {'paused':>7} {'failed':>7}"
-        f" {'done/min':>8} {'proc/s':>7} {'fail/s':>7} {'oldest pending':>15}"
-        f" {'next due':>12} {'workers':>8} {'max':>5}",
-    ]
-    for s in stages:
-        failed = s["failed"] + s["timeout"] + s["expired"]
-        # Live workers (busy/all) from the gauges of live dispatchers; "-" when no
-        # live dispatcher runs the stage (or the schema predates queue_overview v2,
-        # migration 0012). max: its PARALLELISM.
-        workers = f"{s['workers_busy']}/{s['workers']}" if s.get("dispatchers") else "-"
-        most = str(s["parallelism"]) if s["registered"] else "-"
-        lines.append(
-            f"{s['stage']:<{width}} {s['pending']:>8} {s['running']:>8} {s['paused']:>7}"
-            f" {failed:>7} {s['done_last_minute']:>8} {_rate(s['processed_per_s']):>7}"
-            f" {_rate(s['failed_per_s']):>7} {_age(s['oldest_pending']):>15}"
-            f" {_age(s['next_due']):>12} {workers:>8} {most:>5}"
-        )
-    if not stages:
-        lines.append("(no stages: the queue is empty and no dispatcher registered any)")
-    live = [d for d in dispatchers if d["heartbeat_age"].total_seconds() < 120]
-    lines.append("")
-    lines.append(
-        f"dispatchers: {len(live)} live of {len(dispatchers)} registered"
-        + "".join(
-            f"\n  {d['dispatcher_id']}: {d['hostname']} pid {d['pid']}"
-            f"{' competing' if d['competing'] else ''}, last beat {_age(d['heartbeat_age'])}"
-            f" ago, {d['running']} message(s) in flight"
-            for d in dispatchers
-        )
-    )
-    lines.append(
-        "workers: busy/all worker processes of live dispatchers (as of their last heartbeat;"
-        " all counts idle, retiring and stopping ones); max: PARALLELISM; running = in flight"
-    )
-    return lines
 
 
 # migrate lives in its own module (alembic is imported only when it runs).

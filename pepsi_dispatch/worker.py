@@ -71,6 +71,8 @@ from psycopg.types.json import Jsonb
 
 from pepsi_dispatch.protocol import EXIT_NO_STAGE
 
+from .backoff import Backoff
+
 __all__ = [
     "Advance",
     "Fail",
@@ -427,15 +429,14 @@ class _Worker:
     def _reconnect(self) -> None:
         """New connection with backoff; raises the last error after RECONNECT_TIMEOUT."""
         deadline = time.monotonic() + RECONNECT_TIMEOUT
-        delay = 0.1
+        backoff = Backoff(0.1, 2.0)
         while True:
             try:
                 self.conn = self._connect()
             except psycopg.OperationalError:
-                if time.monotonic() + delay > deadline:
+                if time.monotonic() + backoff.peek() > deadline:
                     raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                time.sleep(backoff.next())
             else:
                 print("pepsi worker: reconnected to the database", file=sys.stderr)
                 return

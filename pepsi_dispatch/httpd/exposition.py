@@ -125,21 +125,7 @@ def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
         "Message ids handed to workers and not answered yet, by stage.",
         labels=["dispatcher", "stage"],
     )
-    inflight_ids = GaugeMetricFamily(
-        "pepsi_dispatcher_inflight_ids",
-        "Distinct message ids the dispatcher holds in flight.",
-        labels=["dispatcher"],
-    )
-    round_trips = CounterMetricFamily(
-        "pepsi_dispatcher_round_trips",
-        "Hot-path database pipelines sent since the dispatcher started.",
-        labels=["dispatcher"],
-    )
-    claims = CounterMetricFamily(
-        "pepsi_dispatcher_claims",
-        "Of those, pipelines that carried a claim.",
-        labels=["dispatcher"],
-    )
+    inflight_ids, round_trips, claims = _per_dispatcher_families()
     db_hist: list[tuple[list[str], dict[str, Any]]] = []
     service_hist: list[tuple[list[str], dict[str, Any]]] = []
     for d in dispatchers:
@@ -156,10 +142,7 @@ def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
         inflight_ids.add_metric([did], g.get("inflight_ids", 0))
         round_trips.add_metric([did], float(g.get("round_trips", 0)))
         claims.add_metric([did], float(g.get("claims", 0)))
-        if g.get("db_round_trip_seconds"):
-            db_hist.append(([did], g["db_round_trip_seconds"]))
-        for stage, h in sorted((g.get("service_seconds") or {}).items()):
-            service_hist.append(([did, stage], h))
+        _histograms_of(did, g, db_hist, service_hist)
     yield from (hb, workers, inflight, inflight_ids, round_trips, claims)
     yield _histogram(
         "pepsi_dispatcher_db_round_trip_seconds",
@@ -173,6 +156,37 @@ def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
         ["dispatcher", "stage"],
         service_hist,
     )
+
+
+def _per_dispatcher_families() -> tuple[Metric, Metric, Metric]:
+    inflight_ids = GaugeMetricFamily(
+        "pepsi_dispatcher_inflight_ids",
+        "Distinct message ids the dispatcher holds in flight.",
+        labels=["dispatcher"],
+    )
+    round_trips = CounterMetricFamily(
+        "pepsi_dispatcher_round_trips",
+        "Hot-path database pipelines sent since the dispatcher started.",
+        labels=["dispatcher"],
+    )
+    claims = CounterMetricFamily(
+        "pepsi_dispatcher_claims",
+        "Of those, pipelines that carried a claim.",
+        labels=["dispatcher"],
+    )
+    return inflight_ids, round_trips, claims
+
+
+def _histograms_of(
+    did: str,
+    g: dict[str, Any],
+    db_hist: list[tuple[list[str], dict[str, Any]]],
+    service_hist: list[tuple[list[str], dict[str, Any]]],
+) -> None:
+    if g.get("db_round_trip_seconds"):
+        db_hist.append(([did], g["db_round_trip_seconds"]))
+    for stage, h in sorted((g.get("service_seconds") or {}).items()):
+        service_hist.append(([did, stage], h))
 
 
 class _Once(Collector):

@@ -106,26 +106,32 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     ext = path[path.rfind(".") :]
                     self._send(200, body, STATIC_TYPES[ext])
-            elif path == "/api/overview":
-                self._json(200, self.app.overview())
-            elif path == "/api/failures":
-                q = parse_qs(url.query)
-                reason = q.get("reason", [None])[0]
-                stage = q.get("stage", [None])[0] or None
-                self._json(200, {"rows": self.app.failed(reason, stage)})
-            elif m := re.fullmatch(r"/api/message/(\d+)", path):
-                row = self.app.message(int(m.group(1)))
-                if row is None:
-                    self._json(404, {"error": f"no message {m.group(1)}"})
-                else:
-                    self._json(200, {"message": row, "allow_actions": self.app.allow_actions})
-            else:
+            elif not self._api_get(path, url.query):
                 self._text(404, "not found\n")
         except DatabaseDown as exc:
             if path.startswith("/api/"):
                 self._json(503, {"error": f"database unavailable: {exc}"})
             else:
                 self._text(503, f"database unavailable: {exc}\n")
+
+    def _api_get(self, path: str, query: str) -> bool:
+        """GET /api/...; False if no such route."""
+        if path == "/api/overview":
+            self._json(200, self.app.overview())
+        elif path == "/api/failures":
+            q = parse_qs(query)
+            reason = q.get("reason", [None])[0]
+            stage = q.get("stage", [None])[0] or None
+            self._json(200, {"rows": self.app.failed(reason, stage)})
+        elif m := re.fullmatch(r"/api/message/(\d+)", path):
+            row = self.app.message(int(m.group(1)))
+            if row is None:
+                self._json(404, {"error": f"no message {m.group(1)}"})
+            else:
+                self._json(200, {"message": row, "allow_actions": self.app.allow_actions})
+        else:
+            return False
+        return True
 
     def _metrics(self) -> None:
         t0 = time.monotonic()

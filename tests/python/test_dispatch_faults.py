@@ -673,14 +673,12 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
                 ).fetchone()[0]
                 for stage in ("b", "a")
             )
-            d.answered = [x, y]
-            d.answered_at = {x: "a", y: "a"}
-            d._unwatch(d._listen_fd)
-            d._listen_fd = -1
+            d.ledger.answered(x, "a")
+            d.ledger.answered(y, "a")
             d.db.close()
-            d.db_ok = False
+            d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
             d._reconnect(time.monotonic())
-            assert d.db_ok
+            assert d.link.connected
             d._db_iteration(time.monotonic())
 
             def status(i: int) -> str:
@@ -691,7 +689,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
             assert status(x) == "pending"
             assert status(y) == "failed"
     finally:
-        for w in d._all_workers():
+        for w in d.workers.all():
             w.wait_dead()
         d.db.close()
 
@@ -723,5 +721,5 @@ def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
 
     for kind in ("out", "err"):
         w = Broken()
-        d._on_worker_event(kind, w, time.monotonic())  # type: ignore[arg-type]
+        d.workers.on_event(kind, w, time.monotonic())  # type: ignore[arg-type]
         assert w.killed

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pepsi_dispatch.dblink import LinkState
 from pepsi_dispatch.protocol import FAILED, OK, PROTOCOL_ERROR, parse_answer
 from pepsi_dispatch.stats import Stats
 
@@ -131,14 +132,14 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
     now = time.monotonic()
-    d.db_ok = True
-    d.claim_needed = False
-    d.next_heartbeat = d.requeue_at = now + 30
+    d.link.up(0)
+    d.ledger.claimed_pass()
+    d.next_heartbeat = d.pipeline.requeue_at = now + 30
     d.reload_pending = True
-    assert d._next_timeout(now) == 0.0
+    assert d.next_timeout(now) == 0.0
     d.shutting_down = True
     d.shutdown_deadline = now + 5
-    assert d._next_timeout(now) > 1.0
+    assert d.next_timeout(now) > 1.0
 
 
 def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: str) -> None:
@@ -185,12 +186,10 @@ def test_reconnect_after_a_bad_reload_does_not_abort(
     d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
     try:
         d.fatal = "reloaded configuration does not parse: test"
-        d._unwatch(d._listen_fd)
-        d._listen_fd = -1
         d.db.close()
-        d.db_ok = False
+        d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
         d._reconnect(time.monotonic())
-        assert d.db_ok
+        assert d.link.connected
     finally:
         d.db.close()
 
@@ -218,22 +217,24 @@ def test_query_error_keeps_the_lock_and_a_broken_work_connection_alone_is_reopen
             with d.db.work.pipeline():
                 d.db.work.execute("SELECT 1/0")
         now = time.monotonic()
-        d._db_lost(now, err.value)
-        assert d.db_ok and d.db.listen is listen and d.db_hold_until > now
+        d.link.lost(now, err.value)
+        assert d.link.state is LinkState.HOLDING
+        assert d.link.connected and d.db.listen is listen and d.link.hold_until > now
         assert not lock_free()
-        assert d._next_timeout(now) > 0  # no database work until the pause is over
+        assert d.next_timeout(now) > 0  # no database work until the pause is over
         d.db.work.execute("SELECT 1")  # the work connection is still usable
         # 2. The work connection breaks: only it is reopened; the lock stays.
-        d.db_hold_until = 0.0
+        d.link.hold_until = 0.0
         conn.execute("SELECT pg_terminate_backend(%s)", (d.db.work.info.backend_pid,))
         time.sleep(0.2)
         with pytest.raises(psycopg.Error) as err:
             d.db.work.execute("SELECT 1")
-        d._db_lost(time.monotonic(), err.value)
-        assert not d.db_ok and d.db.listen is listen
+        d.link.lost(time.monotonic(), err.value)
+        assert d.link.state is LinkState.RECONNECT_WORK
+        assert not d.link.connected and d.db.listen is listen
         assert not lock_free()
         d._reconnect(time.monotonic())
-        assert d.db_ok and d.db.listen is listen
+        assert d.link.connected and d.db.listen is listen
         assert d.db.listen.info.backend_pid == listen_pid
         d.db.work.execute("SELECT 1")
         assert not lock_free()
@@ -257,14 +258,14 @@ def test_reconnect_takes_the_lock_back_from_our_own_old_session(
         d.stats.handed_out(2)
         # The client gives the link up; the server side lives on (lock held).
         d.db.listen = None
-        d._db_lost(time.monotonic(), psycopg.OperationalError("link down"))
-        assert not d.db_ok
+        d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
+        assert d.link.state is LinkState.RECONNECT_ALL
         deadline = time.monotonic() + 10
-        while not d.db_ok:
+        while not d.link.connected:
             assert time.monotonic() < deadline, "lock not retaken"
-            time.sleep(max(0.0, d.reconnect_at - time.monotonic()))
+            time.sleep(max(0.0, d.link.reconnect_at - time.monotonic()))
             d._reconnect(time.monotonic())
-        assert d.lock_lost is None
+        assert d.link.lock_lost is None
         new_pid = d.db.listen_pid()
         assert new_pid != old_pid
         (alive_old,) = conn.execute(
@@ -290,7 +291,7 @@ def test_lock_really_lost_on_reconnect_still_flushes_stats(
         time.sleep(0.2)
         with pytest.raises(psycopg.Error) as err:
             d.db.ping_listen()
-        d._db_lost(time.monotonic(), err.value)
+        d.link.lost(time.monotonic(), err.value)
         assert d.db.listen is None
         # Another dispatcher takes the lock meanwhile.
         conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
@@ -754,25 +755,28 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     pending again at any stage, so every floor drops below X; requeued rows clear all."""
     from pepsi_dispatch.config import load_config
     from pepsi_dispatch.db import Requeue
+    from pepsi_dispatch.ledger import OwedWrites
     from pepsi_dispatch.loop import Dispatcher
 
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
-    d.floor = {"a": 100, "b": 40}
-    d._lower_floors([], [70, 90], [])
-    assert d.floor == {"a": 69, "b": 40}
-    d._lower_floors([(50, "failed", "x")], [], [60])
-    assert d.floor == {"a": 49, "b": 40}
-    d._lower_floors([], [], [1])
-    assert d.floor == {"a": 0, "b": 0}
-    d.floor = {"a": 100}
-    d._requeued(Requeue(0, 1, 0, None, (("a", 1),)), time.monotonic())
-    assert d.floor == {"a": 100}  # failed (exhausted) rows are not pending
+    ledger = d.ledger
+    ledger.floors.update({"a": 100, "b": 40})
+    ledger.lower_floors(OwedWrites([], [], [70, 90]))
+    assert ledger.floors == {"a": 69, "b": 40}
+    ledger.lower_floors(OwedWrites([60], [(50, "failed", "x")], []))
+    assert ledger.floors == {"a": 49, "b": 40}
+    ledger.lower_floors(OwedWrites([1], [], []))
+    assert ledger.floors == {"a": 0, "b": 0}
+    ledger.floors.clear()
+    ledger.floors["a"] = 100
+    d.pipeline.requeued(Requeue(0, 1, 0, None, (("a", 1),)), time.monotonic())
+    assert ledger.floors == {"a": 100}  # failed (exhausted) rows are not pending
     # ... and they count as failed in their stage (so in dispatch_stats.failed too).
     args = d.stats.flush_args()
     assert (args["stages"], args["failed"], args["stage_runs"]) == (["a"], [1], 0)
-    d._requeued(Requeue(1, 0, 0, None), time.monotonic())
-    assert d.floor == {}
+    d.pipeline.requeued(Requeue(1, 0, 0, None), time.monotonic())
+    assert ledger.floors == {}
 
 
 def test_a_paused_row_requeued_below_the_claim_floor_is_claimed_promptly(

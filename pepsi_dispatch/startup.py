@@ -1,0 +1,83 @@
+"""The dispatcher's start-up against its database (connect, lock, register)."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from .config import Config, apply_overlay
+from .db import Database
+from .dblink import one_line
+from .errors import FatalError, UsageError
+
+log = logging.getLogger(__name__)
+
+
+def open_database(db: Database, config: Config) -> tuple[Config, int]:
+    """Connect, lock, register, LISTEN, reset orphans, register the stages.
+
+    Returns the configuration with the database overlay applied and our
+    dispatcher id. Raises UsageError (exit 2) when another dispatcher holds
+    the database, the schema is missing or the overlay is bad; FatalError
+    (exit 1) on other database errors.
+    """
+    dc = config.dispatch
+    try:
+        db.connect()
+    except psycopg.Error as exc:
+        raise FatalError(f"cannot connect to the database: {one_line(exc)}") from None
+    try:
+        if not db.try_lock():
+            holders = db.lock_holders()
+            mode = "competing " if dc.competing else ""
+            raise UsageError(
+                f"another dispatcher already serves this database ({holders}); "
+                f"this {mode}dispatcher refuses to start"
+                + (
+                    " (a single dispatcher and competing replicas cannot be mixed)"
+                    if dc.competing
+                    else ""
+                )
+            )
+        # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
+        config = apply_overlay(config, db.overlay())
+        dispatcher_id = db.register()
+        # LISTEN before the first claim: nothing enqueued after this is missed.
+        db.start_listening()
+        n = db.reset_orphans(dispatcher_id, dc.orphan_timeout)
+        db.register_stages(dispatcher_id, config.stages.values())
+    except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
+        raise UsageError(
+            f"database {db.dbname()!r} has no (current) pepsi schema:"
+            " run 'alembic upgrade head' with PEPSI_DSN set to it"
+        ) from None
+    except psycopg.Error as exc:
+        raise FatalError(f"database error during start-up: {one_line(exc)}") from None
+    if n:
+        log.info("reset %d orphaned running row(s) to pending", n)
+    _warn_about(config)
+    return config, dispatcher_id
+
+
+def _warn_about(config: Config) -> None:
+    dc = config.dispatch
+    if dc.competing and dc.shutdown_timeout >= dc.orphan_timeout:
+        log.warning(
+            "SHUTDOWN_TIMEOUT (%g s) >= ORPHAN_TIMEOUT (%g s): should this replica's"
+            " heartbeat stall while it stops (database trouble), other replicas reset"
+            " and run again rows its workers are still finishing; keep SHUTDOWN_TIMEOUT"
+            " below ORPHAN_TIMEOUT",
+            dc.shutdown_timeout,
+            dc.orphan_timeout,
+        )
+    if dc.db_pool_size < 2:
+        log.warning(
+            "DB_POOL_SIZE = %d, but the dispatcher needs its 2 connections"
+            " (LISTEN + work); using 2",
+            dc.db_pool_size,
+        )
+
+
+__all__ = ["open_database"]

@@ -1,0 +1,125 @@
+"""The loop's planning driven by a fake clock (issue 7): no database, no
+workers. The select timeout is 0 exactly when the wake's database work (one
+plan, computed by Pipeline.plan) is not empty -- invariant 9."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pepsi_dispatch.config import load_config
+from pepsi_dispatch.dblink import LinkState
+
+if TYPE_CHECKING:
+    from pepsi_dispatch.loop import Dispatcher
+
+
+class FakeClock:
+    """Monotonic seconds that move only when told to."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Healthy:
+    """The two connections as DatabaseLink sees them: both fine."""
+
+    def listen_dead(self) -> bool:
+        return False
+
+    def work_dead(self) -> bool:
+        return False
+
+
+def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatcher:
+    # Imported here, not at the top: test_cli replaces pepsi_dispatch.loop in
+    # sys.modules, which an earlier import of the real module would defeat.
+    from pepsi_dispatch.loop import Dispatcher
+
+    conf = tmp_path / "pepsi.conf"
+    conf.write_text(
+        "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
+        "[stage-a]\nPROGRAM = /bin/true\nPARALLELISM = 2\nQUEUE_LIMIT = 3\n"
+    )
+    d = Dispatcher(load_config(str(conf)), clock=clock, db=db)  # type: ignore[arg-type]
+    d.link.up(0)  # as after start(), without a database
+    d.workers.build(d.config)  # pools, no processes yet
+    d.next_heartbeat = clock() + 30
+    d.pipeline.requeue_at = clock() + 10
+    return d
+
+
+def test_invariant_9_timeout_is_zero_exactly_when_a_claim_is_planned(tmp_path: Path) -> None:
+    """Invariant 9: a claim is due (room, claim needed): planned, timeout 0;
+    once the claim pass ran, nothing is planned and the loop sleeps until the
+    next requeue_due."""
+    clock = FakeClock()
+    d = dispatcher(tmp_path, clock)
+    plan = d.pipeline.plan(clock(), shutting_down=False)
+    assert plan and plan.claim == (["a"], [6], None) and plan.requeue is None
+    assert d.next_timeout(clock()) == 0.0
+    d.ledger.claimed_pass()
+    assert not d.pipeline.plan(clock(), shutting_down=False)
+    assert d.next_timeout(clock()) == 10.0
+
+
+def test_invariant_9_a_due_requeue_is_planned_with_an_unbounded_claim(tmp_path: Path) -> None:
+    """Invariant 9 (and 4): at requeue_at the plan holds requeue_due and a
+    claim behind it, unbounded even with floors known; the timeout is 0."""
+    clock = FakeClock()
+    d = dispatcher(tmp_path, clock)
+    d.ledger.claimed_pass()
+    d.ledger.raise_floors([(40, "a")])
+    clock.advance(9.5)
+    assert not d.pipeline.plan(clock(), shutting_down=False)
+    assert abs(d.next_timeout(clock()) - 0.5) < 1e-9
+    clock.advance(0.5)
+    plan = d.pipeline.plan(clock(), shutting_down=False)
+    assert plan.requeue is not None and plan.claim == (["a"], [6], None)
+    assert d.next_timeout(clock()) == 0.0
+
+
+def test_invariant_9_an_owed_release_is_planned_first(tmp_path: Path) -> None:
+    """Invariant 9 (and 3): an owed release makes the plan non-empty."""
+    clock = FakeClock()
+    d = dispatcher(tmp_path, clock)
+    d.ledger.claimed_pass()
+    d.ledger.release([5])
+    plan = d.pipeline.plan(clock(), shutting_down=False)
+    assert plan.owed.releases == [5] and plan.claim is None
+    assert d.next_timeout(clock()) == 0.0
+
+
+def test_invariant_9_nothing_is_planned_while_stopping(tmp_path: Path) -> None:
+    """Invariant 9: shutting down, neither claims nor requeues are planned,
+    so a claim still 'needed' must not make the loop spin."""
+    clock = FakeClock()
+    d = dispatcher(tmp_path, clock)
+    clock.advance(20)  # requeue_at passed too
+    d.shutting_down = True
+    d.shutdown_deadline = clock() + 5
+    assert not d.pipeline.plan(clock(), shutting_down=True)
+    assert d.next_timeout(clock()) == 5.0
+
+
+def test_invariant_7_a_query_error_holds_all_database_work(tmp_path: Path) -> None:
+    """Invariant 7 (and 9): after a query error on healthy connections the link
+    HOLDS (lock kept): nothing is planned until the hold is over, and the
+    timeout is the hold's end, not 0."""
+    clock = FakeClock()
+    d = dispatcher(tmp_path, clock, Healthy())
+    d.link.lost(clock(), psycopg.errors.DivisionByZero("division by zero"))
+    assert d.link.state is LinkState.HOLDING and d.link.connected
+    assert not d.pipeline.plan(clock(), shutting_down=False)
+    assert abs(d.next_timeout(clock()) - 0.1) < 1e-9
+    clock.advance(0.1)
+    assert d.pipeline.plan(clock(), shutting_down=False)  # the claim is still due
+    assert d.link.state is LinkState.UP

@@ -1,0 +1,60 @@
+"""Unit test of the stats flush (issue 7, invariant 10): no database, a stub
+in its place, so the test needs no PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+
+
+class StubDatabase:
+    """Stands in for pepsi_dispatch.db.Database: flush_stats fails or records."""
+
+    def __init__(self) -> None:
+        self.fail: BaseException | None = None
+        self.flushed: list[dict] = []
+
+    def flush_stats(self, args: dict) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.flushed.append(args)
+
+    # What DatabaseLink.lost asks of a database whose connection went away.
+    def work_dead(self) -> bool:
+        return True
+
+    def listen_dead(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def close_work(self) -> None:
+        pass
+
+
+def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Path) -> None:
+    """Invariant 10: a flush that fails because the database went away keeps
+    the deltas for the next flush; a flush that succeeds clears them."""
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.loop import Dispatcher
+
+    conf = tmp_path / "pepsi.conf"
+    conf.write_text(
+        "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
+        "[stage-a]\nPROGRAM = /bin/true\n"
+    )
+    db = StubDatabase()
+    d = Dispatcher(load_config(str(conf)), db=db)  # type: ignore[arg-type]
+    d.link.up(0)
+    d.stats.succeeded("a", 0.5)
+    db.fail = psycopg.OperationalError("connection lost")
+    d.pipeline.flush_stats(d.pipeline.last_flush + 1000.0, force=True)
+    assert d.stats.pending(), "a failed flush must keep its deltas"
+    assert not d.link.connected  # the loop reconnects; the deltas wait for it
+    db.fail = None
+    d.link.up(0)
+    d.pipeline.flush_stats(d.pipeline.last_flush + 2000.0, force=True)
+    assert len(db.flushed) == 1 and db.flushed[0]["stages"] == ["a"]
+    assert not d.stats.pending()
