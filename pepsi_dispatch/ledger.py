@@ -109,6 +109,18 @@ class Ledger:
         """``ids`` are owed a release (never started, or found no place)."""
         self.releases.extend(ids)
 
+    def unplaced(self, ids: Iterable[int]) -> None:
+        """Claimed ``ids`` found no worker: they are owed a release, and no worker
+        holds them. A holder still recorded for one is its previous stage's
+        worker (that stage committed the advance; its answer is on the way): the
+        claim superseded it. Left in place, it would make :meth:`owed` drop the
+        release, and the old answer's check would then fail the row, which our
+        claim holds with no worker ('answered 0 but left it running')."""
+        holder = self.holder
+        for i in ids:
+            holder.pop(i, None)
+            self.releases.append(i)
+
     def reaped(self, w: Any, unanswered: list[int], undelivered: list[int]) -> None:
         """``w`` is dead and reaped: it no longer holds anything. Its undelivered
         ids (never written, EPIPE) are released; the unanswered ones are settled

@@ -372,7 +372,7 @@ class Supervisor:
         for stage, ids in by_stage.items():
             pool = self.pools.get(stage)
             if pool is None:
-                self.ledger.release(ids)
+                self.ledger.unplaced(ids)
                 continue
             assignments, unplaced = pool.place(ids, now, lambda p: self.spawn(p, spawn_now()))
             for w, batch in assignments:
@@ -394,7 +394,7 @@ class Supervisor:
                 if debug:
                     log.debug("stage %s pid %d: given %s", stage, w.pid, ids_text(batch))
             if unplaced:
-                self.ledger.release(unplaced)
+                self.ledger.unplaced(unplaced)
         # A claim that filled capacity may have left more pending rows behind;
         # answers will free room and trigger the next claim.
         return handed

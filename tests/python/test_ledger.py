@@ -241,3 +241,22 @@ def test_invariant_2_peeking_drops_nothing_until_the_wake_that_sends():
     assert ledger.releases == [14]  # still owed
     ledger.let_go(14, a, still_in_w=False)  # a's answer arrives
     assert ledger.owed().releases == [14]
+
+
+def test_invariant_1_a_claimed_id_that_finds_no_worker_supersedes_its_old_holder():
+    """Invariant 1 and 2: stage a advanced 20 and its answer is still on the way
+    when a claim takes 20 at stage b and finds no worker for it. The release is
+    sent even if a's answer comes only after the wake that sends (dropping it
+    left the row running at b with no worker, and a's answer check then failed
+    it: 'answered 0 but left it running', seen in test_one_message_per_worker)."""
+    a = W("a")
+    ledger = Ledger()
+    ledger.hand([20], a)
+    ledger.unplaced([20])
+    assert not ledger.held(20)
+    assert ledger.owed().releases == [20]  # a has not answered yet
+    ledger.released()
+    ledger.let_go(20, a, still_in_w=False)  # a's late answer leaves it alone
+    ledger.answered(20, "a")
+    owed = ledger.owed()
+    assert owed.releases == [] and owed.checks == [20]  # the row is pending: a no-op
