@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def open_database(db: Database, config: Config) -> tuple[Config, int]:
-    """Connect, lock, register, LISTEN, reset orphans, register the stages.
+    """Connect, lock, LISTEN, read the overlay, register, reset orphans, register the stages.
 
     Returns the configuration with the database overlay applied and our
     dispatcher id. Raises UsageError (exit 2) when another dispatcher holds
@@ -41,11 +41,15 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
                     else ""
                 )
             )
+        # LISTEN first, before the overlay is read and before we register:
+        # nothing enqueued and no overlay change made after this is missed. (A
+        # change made between this LISTEN and the read below is read *and*
+        # notified; the reload it causes finds nothing new.) Registering is
+        # what tells the outside world we are up, so it comes after.
+        db.start_listening()
         # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
         config = apply_overlay(config, db.overlay())
         dispatcher_id = db.register()
-        # LISTEN before the first claim: nothing enqueued after this is missed.
-        db.start_listening()
         n = db.reset_orphans(dispatcher_id, dc.orphan_timeout)
         db.register_stages(dispatcher_id, config.stages.values())
     except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):

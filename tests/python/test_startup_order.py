@@ -1,0 +1,59 @@
+"""Start-up order (no database): LISTEN comes before anything a notification
+could be about is read, and before the dispatcher tells the world it is up.
+
+An overlay row written between the start-up read of ``pepsi.config`` and the
+LISTEN used to be lost for good: no reload ever came. Tests (and operators)
+that wait for the dispatcher's registration and then change the overlay hit
+exactly that window, because registering came before the LISTEN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pepsi_dispatch.config import load_config
+from pepsi_dispatch.errors import UsageError
+from pepsi_dispatch.startup import open_database
+
+
+class RecordingDatabase:
+    """Stands in for :class:`pepsi_dispatch.db.Database`; records the calls in order."""
+
+    def __init__(self, lock: bool = True) -> None:
+        self.calls: list[str] = []
+        self.lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        results: dict[str, Any] = {
+            "try_lock": self.lock,
+            "lock_holders": "dispatcher 1",
+            "overlay": [],
+            "register": 7,
+            "reset_orphans": 0,
+        }
+
+        def call(*_args: object) -> Any:
+            self.calls.append(name)
+            return results.get(name)
+
+        return call
+
+
+def test_listen_precedes_the_overlay_read_and_the_registration() -> None:
+    db = RecordingDatabase()
+    config, dispatcher_id = open_database(db, load_config())  # type: ignore[arg-type]
+    assert dispatcher_id == 7
+    calls = db.calls
+    assert calls.index("start_listening") < calls.index("overlay"), calls
+    assert calls.index("start_listening") < calls.index("register"), calls
+    # LISTEN only once the lock is ours: a refused dispatcher never listens.
+    assert calls.index("try_lock") < calls.index("start_listening"), calls
+
+
+def test_a_refused_dispatcher_never_listens() -> None:
+    db = RecordingDatabase(lock=False)
+    with pytest.raises(UsageError, match="another dispatcher already serves"):
+        open_database(db, load_config())  # type: ignore[arg-type]
+    assert "start_listening" not in db.calls
