@@ -139,19 +139,19 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str])
         raise _StartError(str(exc)) from None
     connect = connector(os.environ.get("PEPSI_DSN") or dsn, stage)
     try:
-        link = ConnectionHolder(connect(), connect)
+        connection = ConnectionHolder(connect(), connect)
     except psycopg.Error as exc:
         print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
         return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
     try:
-        graph = _stage_graph(args.config, link.conn, stage)
+        graph = _stage_graph(args.config, connection.conn, stage)
         dispatch = HandlerDispatch(
-            handlers, stage, graph, Statements(dispatcher_id), retry_stages(link.conn)
+            handlers, stage, graph, Statements(dispatcher_id), retry_stages(connection.conn)
         )
-        commit = CommitMode.GROUP if group_commit else CommitMode.PER_MESSAGE
-        return _serve(StageRunner(dispatch, link, commit, answer_fd, input_fd))
+        mode = CommitMode.GROUP if group_commit else CommitMode.PER_MESSAGE
+        return _serve(StageRunner(dispatch, connection, mode, answer_fd, input_fd))
     finally:
-        link.close()
+        connection.close()
 
 
 def main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) -> int:

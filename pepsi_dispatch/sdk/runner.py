@@ -48,14 +48,14 @@ class StageRunner:
     def __init__(
         self,
         dispatch: HandlerDispatch,
-        link: ConnectionHolder,
-        commit: CommitMode,
+        connection: ConnectionHolder,
+        commit_mode: CommitMode,
         answer_fd: int,
         input_fd: int,
     ) -> None:
         self.dispatch = dispatch
-        self.link = link
-        self.commit = commit
+        self.connection = connection
+        self.commit_mode = commit_mode
         self.answer_fd = answer_fd
         self.reader = LineReader(input_fd, self._before_read, self._after_read)
         # Two variables, not one: the main code writes only the phase and the
@@ -119,21 +119,21 @@ class StageRunner:
         attempt = Attempt.FIRST
         while True:
             try:
-                if self.commit is CommitMode.GROUP and len(lines) > 1:
+                if self.commit_mode is CommitMode.GROUP and len(lines) > 1:
                     self._batch_group(lines, attempt)
                 else:
                     self._batch_single(lines, attempt)  # removes the lines it answered
                 return
             except psycopg.OperationalError as exc:
-                if not self.link.broken:
+                if not self.connection.broken:
                     raise
                 print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
-                self.link.reconnect()
+                self.connection.reconnect()
                 attempt = Attempt.REDO
 
     def _batch_single(self, lines: list[bytes], attempt: Attempt) -> None:
         """Commit and answer one message at a time, removing its line when answered."""
-        conn = self.link.conn
+        conn = self.connection.conn
         for loaded in load_batch(conn, lines):
             scope = Scope(conn)
             answer = self.dispatch.process(loaded, scope, attempt)
@@ -147,7 +147,7 @@ class StageRunner:
     def _batch_group(self, lines: list[bytes], attempt: Attempt) -> None:
         """One transaction for the batch; statements of messages whose handler did not
         touch ``msg.db`` are deferred and sent together in one pipeline before the commit."""
-        conn = self.link.conn
+        conn = self.connection.conn
         loaded = load_batch(conn, lines)
         batch = GroupBatch(conn)
         with conn.transaction():
