@@ -2,8 +2,8 @@
 """Chaos stage ``c``: the Python SDK (pepsi_dispatch.worker.run), finishing each message.
 
 Logs ``start`` from the handler, and ``tx``/``end`` from a wrapper around the
-SDK's transition call (what the fencing-guarded statement returned), to
-``$CHAOS_LOG/c-PID.jsonl``.
+SDK's transition call, ``pepsi_dispatch.sdk.transaction.Scope.write`` (what the
+fencing-guarded statement returned), to ``$CHAOS_LOG/c-PID.jsonl``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import random
 import time
 
-from pepsi_dispatch import worker
+from pepsi_dispatch.sdk import transaction
 from pepsi_dispatch.worker import Finish, run
 
 STAGE = os.environ.get("PEPSI_STAGE", "c")
@@ -31,15 +31,15 @@ def log(kind: str, mid: int, **kw) -> None:
     os.write(LOG, (json.dumps(rec) + "\n").encode())
 
 
-_orig_call = getattr(getattr(worker, "_Worker", None), "_call", None)
+_orig_write = getattr(getattr(transaction, "Scope", None), "write", None)
 
-if _orig_call is not None:
+if _orig_write is not None:
 
-    def _call(self, kind, params, *args, **kw):
-        mid = params[0]
+    def _write(self, statement, *args, **kw):
+        mid, kind = statement.message_id, statement.kind
         try:
-            _orig_call(self, kind, params, *args, **kw)
-        except worker._RowLost:
+            _orig_write(self, statement, *args, **kw)
+        except transaction.RowLost:
             log("tx", mid, fn=kind, ret=False)
             log("end", mid)
             raise
@@ -49,7 +49,7 @@ if _orig_call is not None:
         log("tx", mid, fn=kind, ret=True)
         log("end", mid)
 
-    worker._Worker._call = _call
+    transaction.Scope.write = _write
 
 
 def handle(msg):

@@ -1,0 +1,82 @@
+"""The SDK's one database connection: how it is opened, and replaced once it broke."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from ..backoff import Backoff
+
+__all__ = ["EX_TEMPFAIL", "RECONNECT_TIMEOUT", "Connect", "ConnectionHolder", "connector"]
+
+#: Exit status "I could not reach the database; nothing I held is done"
+#: (sysexits.h EX_TEMPFAIL): the dispatcher releases the worker's messages.
+EX_TEMPFAIL = 75
+#: How long a worker tries to reconnect after losing its database connection (seconds).
+RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60"))
+
+#: Opens a new connection (autocommit).
+Connect = Callable[[], psycopg.Connection]
+
+
+def connector(dsn: str, stage: str) -> Connect:
+    """How this stage's worker connects: autocommit, named after the stage."""
+
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(dsn, autocommit=True, application_name=f"pepsi-worker {stage}")
+
+    return connect
+
+
+class ConnectionHolder:
+    """Holds the worker's connection; :meth:`reconnect` replaces a broken one.
+
+    Everything that runs statements reads :attr:`conn` when it starts, so a
+    batch redone after a reconnect uses the new connection.
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        connect: Connect | None = None,
+        timeout: float = RECONNECT_TIMEOUT,
+    ) -> None:
+        self.conn = conn
+        self._connect = connect
+        self.timeout = timeout
+
+    @property
+    def broken(self) -> bool:
+        """True when the connection was lost (not when a statement merely failed)."""
+        return self.conn.broken
+
+    def _open(self) -> psycopg.Connection:
+        if self._connect is None:
+            raise psycopg.OperationalError("no way to reconnect")
+        return self._connect()
+
+    def reconnect(self) -> None:
+        """New connection with backoff; raises the last error after ``timeout`` seconds."""
+        deadline = time.monotonic() + self.timeout
+        backoff = Backoff(0.1, 2.0)
+        while True:
+            try:
+                self.conn = self._open()
+            except psycopg.OperationalError:
+                if time.monotonic() + backoff.peek() > deadline:
+                    raise
+                time.sleep(backoff.next())
+            else:
+                print("pepsi worker: reconnected to the database", file=sys.stderr)
+                return
+
+    def close(self) -> None:
+        """Close the current connection, ignoring errors."""
+        try:
+            self.conn.close()
+        except Exception:
+            pass

@@ -1,0 +1,326 @@
+"""Handler dispatch: one message through this program's handlers, to its answer line.
+
+:meth:`HandlerDispatch.process` checks the row is ours, runs the handler of its
+stage (and, after ``Advance(to, fuse=True)``, of the stages it fuses into),
+turns each result into statements written through the message's
+:class:`~.transaction.Scope`, and returns the answer line. A handler that
+raises or asks for something not allowed fails its message, not the worker.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg import pq
+
+from .pipe import exc_reason, one_line, parse_id
+from .statements import Statement, Statements
+from .transaction import BatchFailed, CommitMode, HandlerScope, Role, RowLost, Scope
+from .transitions import Advance, Fail, Finish, Handler, Message, Pause, Refused, Transition
+
+__all__ = [
+    "Attempt",
+    "HandlerDispatch",
+    "Loaded",
+    "StageGraph",
+    "load_batch",
+    "state_patch",
+]
+
+
+class Attempt(Enum):
+    """Whether a message is processed for the first time or redone."""
+
+    FIRST = "first time"
+    REDO = "redone after a lost connection: our commit may have gone through unanswered"
+
+
+class Loaded(NamedTuple):
+    """An input line, the id on it (None: garbage) and its row (None: no such message)."""
+
+    line: bytes
+    message_id: int | None
+    row: tuple[Any, ...] | None
+
+
+def load_batch(conn: psycopg.Connection, lines: list[bytes]) -> list[Loaded]:
+    """Parse the lines and load their rows in one round trip."""
+    ids = [parse_id(line) for line in lines]
+    wanted = [i for i in ids if i is not None]
+    rows: dict[int, tuple[Any, ...]] = {}
+    if wanted:
+        cur = conn.execute(
+            "SELECT workqueue_id, stage, status, payload, state, retries"
+            " FROM pepsi.get_messages(%s)",
+            (wanted,),
+        )
+        rows = {row[0]: row for row in cur.fetchall()}
+    return [
+        Loaded(line, i, rows.get(i) if i is not None else None)
+        for line, i in zip(lines, ids, strict=True)
+    ]
+
+
+def state_patch(original: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """The top-level keys of ``state`` that changed, as JSON text (None: nothing changed).
+
+    ``dispatch_error`` is the dispatcher's; a handler cannot set it.
+    """
+    patch = {k: v for k, v in state.items() if k not in original or original[k] != v}
+    patch.pop("dispatch_error", None)
+    try:
+        return json.dumps(patch) if patch else None
+    except (TypeError, ValueError) as exc:
+        raise Refused(f"msg.state cannot be stored as JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    """The stage graph the worker checks transitions against (None: unknown)."""
+
+    successors: dict[str, tuple[str, ...]] | None
+    config_name: str
+
+    def check(self, stage: str, result: Any) -> Transition:
+        """The transition a handler's result means; :class:`Refused` when not allowed."""
+        allowed = None if self.successors is None else self.successors.get(stage)
+        if result is None:
+            return self._default(stage, allowed)
+        if isinstance(result, (Finish, Pause, Fail)):
+            return result
+        if isinstance(result, Advance):
+            self._check_advance(stage, result, allowed)
+            return result
+        raise Refused(
+            f"handler of stage {stage} returned {type(result).__name__}, not a transition;"
+            " return Advance, Finish, Pause, Fail or None"
+        )
+
+    def _default(self, stage: str, allowed: tuple[str, ...] | None) -> Transition:
+        if allowed is None:
+            raise Refused(
+                f"handler of stage {stage} returned None, and stage {stage} is not in the"
+                f" configuration ({self.config_name}); return Advance(...) or Finish()"
+            )
+        if not allowed:
+            return Finish()
+        if len(allowed) == 1:
+            return Advance(allowed[0])
+        raise Refused(
+            f"handler of stage {stage} returned None, but stage {stage} has several"
+            f" successors ({', '.join(allowed)}); return Advance(name)"
+        )
+
+    def _check_advance(self, stage: str, advance: Advance, allowed: tuple[str, ...] | None) -> None:
+        if allowed is None:
+            raise Refused(
+                f"stage {stage} cannot advance to {advance.to}: stage {stage} is not in the"
+                f" configuration ({self.config_name}), so its successors are unknown"
+            )
+        if advance.to not in allowed:
+            if allowed:
+                which = "allowed successors: " + ", ".join(allowed)
+            else:
+                which = f"{stage} is a final stage (no NEXT)"
+            raise Refused(
+                f"stage {stage} may not advance to {advance.to} ({which};"
+                f" NEXT of [stage-{stage}] in {self.config_name})"
+            )
+
+
+@dataclass
+class _Pass:
+    """One message's pass through this program's handlers (a fused hop adds a stage)."""
+
+    message_id: int
+    payload: Any
+    state: dict[str, Any]
+    retries: int
+    #: stages run in this pass, the current one last
+    path: list[str] = field(default_factory=list)
+
+    @property
+    def stage(self) -> str:
+        return self.path[-1]
+
+    @property
+    def prefix(self) -> str:
+        """Put before a failure's reason: after a hop it names the stage."""
+        return f"[{self.stage}] " if len(self.path) > 1 else ""
+
+    def hop(self, to: str) -> None:
+        self.path.append(to)
+        self.retries = 0
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one handler's result asks for."""
+
+    transition: Transition
+    patch_json: str | None
+    #: the stage to run next in this pass (a fused advance), or None
+    fuse_to: str | None
+    #: the message's last statement, unless it fuses on
+    final: Statement | None
+
+
+class HandlerDispatch:
+    """Calls the handlers of this program for the messages of ``stage``."""
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        stage: str,
+        graph: StageGraph,
+        statements: Statements,
+        retry_stages: frozenset[str] = frozenset(),
+    ) -> None:
+        self.handlers = dict(handlers)
+        self.stage = stage
+        self.graph = graph
+        self.statements = statements
+        #: stages with automatic retries: a handler exception there is left to
+        #: the dispatcher (record_dispatch_error retries or fails it).
+        self.retry_stages = retry_stages
+
+    def process(self, loaded: Loaded, scope: Scope, attempt: Attempt = Attempt.FIRST) -> str:
+        """Process one input line; its answer line (the scope is left to commit)."""
+        line, message_id, row = loaded
+        if message_id is None:
+            return f"1 not a message id: {one_line(line.decode(errors='replace'))}"
+        if row is None:
+            return f"1 message {message_id} does not exist"
+        _, stage, status, payload, state, retries = row
+        if status != "running" or stage != self.stage:
+            return self._not_running(message_id, stage, status, attempt)
+        run = _Pass(message_id, payload, dict(state or {}), retries, [stage])
+        try:
+            return self._run_stages(run, scope)
+        except RowLost as exc:
+            scope.rollback_to(0)
+            print(f"pepsi worker: {exc}", file=sys.stderr)
+            return f"1 {one_line(str(exc))}"
+        except psycopg.Error as exc:
+            if scope.conn.broken:
+                raise  # a lost connection: the runner reconnects and redoes the message
+            return self._database_error(exc, message_id, stage, scope)
+
+    def _not_running(self, message_id: int, stage: str, status: str, attempt: Attempt) -> str:
+        if attempt is Attempt.REDO:
+            # Redone after a lost connection: our commit went through, its
+            # acknowledgement was lost. The row has moved on; nothing to do.
+            print(
+                f"pepsi worker: message {message_id} already moved on ({status} at stage"
+                f" {stage}) before the connection was lost",
+                file=sys.stderr,
+            )
+            return "0"
+        return (
+            f"1 message {message_id} is not running at stage {self.stage}"
+            f" (it is {status} at stage {stage})"
+        )
+
+    def _database_error(self, exc: psycopg.Error, message_id: int, stage: str, scope: Scope) -> str:
+        """A statement of this message failed: undo all of it, then fail the row
+        where it was (at the stage it was handed to us)."""
+        scope.rollback_to(0)
+        if (
+            scope.mode is CommitMode.GROUP
+            and scope.conn.info.transaction_status == pq.TransactionStatus.INERROR
+        ):
+            # no savepoint of this message to roll back to: the batch is lost
+            raise BatchFailed(f"group commit batch failed: {exc_reason(exc)}") from exc
+        reason = one_line(f"database error: {exc_reason(exc)}")
+        print(f"pepsi worker: message {message_id}: {reason}", file=sys.stderr)
+        try:
+            scope.write(self.statements.fail(message_id, stage, reason), Role.LAST)
+            scope.commit()
+        except RowLost:
+            scope.rollback_to(0)
+        return f"1 {reason}"
+
+    def _run_stages(self, run: _Pass, scope: Scope) -> str:
+        """Run handlers until one result does not fuse on; write its statements."""
+        while True:
+            step = self._run_handler(run, scope)
+            if isinstance(step, str):
+                return step  # the handler failed; its message is settled
+            stage = run.stage
+            if step.patch_json is not None:
+                statement = self.statements.set_state(run.message_id, stage, step.patch_json)
+                scope.write(statement, Role.STEP)
+            if step.fuse_to is None:
+                break
+            scope.write(self.statements.hop(run.message_id, stage, step.fuse_to), Role.STEP)
+            run.hop(step.fuse_to)
+        assert step.final is not None
+        scope.write(step.final, Role.LAST)
+        scope.commit()
+        if isinstance(step.transition, Fail):
+            return f"1 {one_line(run.prefix + str(step.transition.reason))}"
+        if len(run.path) > 1:
+            return "0 fused=" + ",".join(run.path[1:])
+        return "0"
+
+    def _run_handler(self, run: _Pass, scope: Scope) -> _Step | str:
+        """Call the handler of the current stage: its step, or the answer when it failed."""
+        base = scope.depth
+        original = copy.deepcopy(run.state) if run.state else {}  # nested values may be mutated
+        msg = Message(
+            id=run.message_id,
+            stage=run.stage,
+            payload=run.payload,
+            state=run.state,
+            retries=run.retries,
+            fused_from=tuple(run.path[:-1]),
+            _scope=HandlerScope(scope),
+        )
+        try:
+            return self._call_handler(run, msg, original)
+        except Exception as exc:  # the handler failed: this message fails, we live on
+            return self._handler_failed(run, exc, scope, base)
+
+    def _call_handler(self, run: _Pass, msg: Message, original: dict[str, Any]) -> _Step:
+        stage = run.stage
+        handler = self.handlers.get(stage)
+        if handler is None:
+            raise LookupError(f"this program has no handler for stage {stage}")
+        saved = sys.stdout
+        try:
+            result = handler(msg)
+        finally:
+            sys.stdout = saved
+        transition = self.graph.check(stage, result)
+        patch_json = state_patch(original, msg.state)
+        fuse_to = None
+        final = None
+        if isinstance(transition, Advance) and transition.fuse and transition.to in self.handlers:
+            fuse_to = transition.to
+        else:
+            final = self.statements.transition(run.message_id, stage, transition, run.prefix)
+        run.state = msg.state
+        return _Step(transition, patch_json, fuse_to, final)
+
+    def _handler_failed(self, run: _Pass, exc: Exception, scope: Scope, base: int) -> str:
+        """Undo what the handler wrote, fail the message (unless the dispatcher
+        retries it), commit; the answer."""
+        if isinstance(exc, Refused):
+            reason = one_line(run.prefix + str(exc))
+            print(f"pepsi worker: message {run.message_id}: {reason}", file=sys.stderr)
+        else:
+            traceback.print_exception(exc, file=sys.stderr)
+            reason = one_line(run.prefix + exc_reason(exc))
+        scope.rollback_to(base)  # undo what this stage's handler wrote
+        if run.stage not in self.retry_stages or isinstance(exc, Refused):
+            scope.write(self.statements.fail(run.message_id, run.stage, reason), Role.LAST)
+        scope.commit()
+        return f"1 {reason}"

@@ -1,0 +1,186 @@
+"""Start-up: the command line and environment, the configuration, the connection,
+then :class:`~.runner.StageRunner` until EOF or a stop signal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+
+import psycopg
+
+from pepsi_dispatch.protocol import EXIT_NO_STAGE
+
+from .connection import EX_TEMPFAIL, ConnectionHolder, connector
+from .dispatch import HandlerDispatch, StageGraph
+from .pipe import protect_stdio
+from .runner import StageRunner
+from .statements import Statements
+from .transaction import CommitMode
+from .transitions import Handler
+
+__all__ = ["main", "run"]
+
+
+class _StartError(Exception):
+    """The worker cannot start: print the message, exit with ``status``."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _parse_argv(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=os.path.basename(sys.argv[0] or "stage"),
+        description="pepsi-dispatch stage program (started by the dispatcher as"
+        " 'PROGRAM [-c CONFIG] worker' with PEPSI_STAGE, PEPSI_DSN, PEPSI_DISPATCHER_ID).",
+    )
+    parser.add_argument("-c", "--config", help="pepsi.conf to read the stage graph from")
+    parser.add_argument("command", choices=["worker"], help="the one subcommand: worker")
+    return parser.parse_args(argv)
+
+
+def _fail_start(message: str) -> int:
+    print(f"pepsi worker: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _read_environment(handlers: Mapping[str, Handler]) -> tuple[str, int | None]:
+    """(stage, dispatcher id) from PEPSI_STAGE and PEPSI_DISPATCHER_ID."""
+    stage = os.environ.get("PEPSI_STAGE", "")
+    if not stage:
+        raise _StartError("PEPSI_STAGE is not set (workers are started by pepsi-dispatch)")
+    if stage not in handlers:
+        known = ", ".join(sorted(handlers)) or "none"
+        raise _StartError(f"this program has no handler for stage {stage} (it has: {known})")
+    text = os.environ.get("PEPSI_DISPATCHER_ID", "").strip()
+    try:
+        return stage, int(text) if text else None
+    except ValueError:
+        raise _StartError(f"PEPSI_DISPATCHER_ID is not an integer: {text!r}") from None
+
+
+def retry_stages(conn: psycopg.Connection) -> frozenset[str]:
+    """Registered stages with automatic retries (RETRY_DELAY); none before migration 0009."""
+    try:
+        rows = conn.execute(
+            "SELECT stage FROM pepsi.registered_stages() WHERE retry_delay IS NOT NULL"
+        ).fetchall()
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
+        return frozenset()
+    return frozenset(r[0] for r in rows)
+
+
+def load_graph(
+    config_path: str | None, conn: psycopg.Connection | None
+) -> tuple[dict[str, tuple[str, ...]] | None, str, str]:
+    """(successors by stage, name of the configuration, dsn) from file plus database overlay."""
+    from pepsi_dispatch.config import apply_overlay, load_config
+
+    config = load_config(config_path)
+    name = str(config.path) if config.path else "built-in defaults"
+    if conn is not None:
+        rows = conn.execute("SELECT section, option, value FROM pepsi.stage_config()").fetchall()
+        if rows:
+            config = apply_overlay(config, rows)
+            name += " + database overlay"
+    return {s.name: tuple(s.next) for s in config.stages.values()}, name, config.dsn
+
+
+def _stage_graph(config_path: str | None, conn: psycopg.Connection, stage: str) -> StageGraph:
+    """The graph from file plus overlay; a stage not in it starts nothing (EXIT_NO_STAGE)."""
+    from pepsi_dispatch.config import ConfigError
+
+    try:
+        successors, config_name, _ = load_graph(config_path, conn)
+    except ConfigError as exc:
+        raise _StartError(str(exc)) from None
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+        raise _StartError(
+            "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
+            " schema; run 'alembic upgrade head' with PEPSI_DSN set"
+        ) from None
+    if successors is None or stage not in successors:
+        # Every message would fail on its transition: touch none of them.
+        raise _StartError(
+            f"stage {stage} is not in the configuration ({config_name}); start the"
+            " worker with the dispatcher's file (PEPSI_CONFIG or -c)",
+            EXIT_NO_STAGE,
+        )
+    return StageGraph(successors, config_name)
+
+
+def _serve(runner: StageRunner) -> int:
+    runner.install_signals()
+    try:
+        return runner.serve()
+    except psycopg.OperationalError as exc:
+        # Reconnecting gave up: the batch in hand was rolled back, nothing it
+        # held is done. EX_TEMPFAIL tells the dispatcher to release, not fail.
+        print(
+            f"pepsi worker: database connection lost, reconnecting gave up: {exc};"
+            f" exiting {EX_TEMPFAIL}",
+            file=sys.stderr,
+        )
+        return EX_TEMPFAIL
+
+
+def _start(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) -> int:
+    from pepsi_dispatch.config import ConfigError
+
+    args = _parse_argv(argv)
+    stage, dispatcher_id = _read_environment(handlers)
+    answer_fd, input_fd = protect_stdio()
+    try:
+        _, _, dsn = load_graph(args.config, None)
+    except ConfigError as exc:
+        raise _StartError(str(exc)) from None
+    connect = connector(os.environ.get("PEPSI_DSN") or dsn, stage)
+    try:
+        connection = ConnectionHolder(connect(), connect)
+    except psycopg.Error as exc:
+        print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
+        return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
+    try:
+        graph = _stage_graph(args.config, connection.conn, stage)
+        dispatch = HandlerDispatch(
+            handlers, stage, graph, Statements(dispatcher_id), retry_stages(connection.conn)
+        )
+        mode = CommitMode.GROUP if group_commit else CommitMode.PER_MESSAGE
+        return _serve(StageRunner(dispatch, connection, mode, answer_fd, input_fd))
+    finally:
+        connection.close()
+
+
+def main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) -> int:
+    """Start the worker and serve; the exit status (see :func:`run`)."""
+    try:
+        return _start(handlers, group_commit, argv)
+    except _StartError as exc:
+        _fail_start(str(exc))
+        return exc.status
+
+
+def run(
+    handlers: Mapping[str, Handler],
+    group_commit: bool = False,
+    argv: list[str] | None = None,
+) -> None:
+    """Run this program as a pepsi-dispatch worker; never returns (exits the process).
+
+    Args:
+        handlers: stage name → handler. The handler of ``$PEPSI_STAGE`` serves the
+            ids read from stdin; the others are used when a handler fuses into them.
+        group_commit: process the ids already waiting on stdin in one transaction
+            and commit once (answers are sent after the commit).
+        argv: command line (default ``sys.argv[1:]``): ``[-c CONFIG] worker``.
+
+    Exit status: 0 after EOF or SIGTERM/SIGINT, 2 for usage or configuration
+    errors, 75 (EX_TEMPFAIL) when the database cannot be reached (at start, or
+    reconnecting gave up after PEPSI_WORKER_RECONNECT_TIMEOUT), 78 (EX_CONFIG)
+    when ``$PEPSI_STAGE`` is not a stage of the configuration found (no message
+    is touched), 1 for other fatal errors.
+    """
+    sys.exit(main(handlers, group_commit, sys.argv[1:] if argv is None else argv))

@@ -1,0 +1,185 @@
+"""The stage runner: read ids, process them, answer; reconnect and redo after a lost connection.
+
+States (:class:`RunnerState`)::
+
+    WORKING --before a read that may block--> READING --ids read--> WORKING
+    READING --stop signal--> exit 0 at once (the read is interrupted)
+    WORKING --stop signal--> STOPPING: finish and answer the message in hand, exit 0
+    READING --EOF--> exit 0
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from enum import Enum
+from types import FrameType
+
+import psycopg
+
+from .connection import ConnectionHolder
+from .dispatch import Attempt, HandlerDispatch, Loaded, load_batch
+from .pipe import LineReader, one_line, write_answers
+from .transaction import BatchFailed, CommitMode, GroupBatch, Scope
+
+__all__ = ["RunnerState", "StageRunner"]
+
+
+class RunnerState(Enum):
+    """What the runner is doing, as far as a stop signal is concerned."""
+
+    WORKING = "starting, or processing ids: a stop signal lets the message in hand finish"
+    READING = "blocked reading ids: a stop signal ends the runner at once"
+    STOPPING = "a stop signal came: finish and answer the message in hand, then exit 0"
+
+
+class _Stop(Exception):
+    """Raised by the signal handler while the runner waits for input."""
+
+
+class StageRunner:
+    """Serves one stage: reads id lines, has each message processed, writes the answers.
+
+    With :attr:`CommitMode.GROUP` the ids already waiting are processed in one
+    transaction and answered after its commit; otherwise each message is
+    committed and answered before the next starts.
+    """
+
+    def __init__(
+        self,
+        dispatch: HandlerDispatch,
+        connection: ConnectionHolder,
+        commit_mode: CommitMode,
+        answer_fd: int,
+        input_fd: int,
+    ) -> None:
+        self.dispatch = dispatch
+        self.connection = connection
+        self.commit_mode = commit_mode
+        self.answer_fd = answer_fd
+        self.reader = LineReader(input_fd, self._before_read, self._after_read)
+        # Two variables, not one: the main code writes only the phase and the
+        # signal handler only the stop request, so neither can overwrite the
+        # other's news between a test and a write.
+        self._phase = RunnerState.WORKING
+        self._stop_requested = False
+
+    @property
+    def state(self) -> RunnerState:
+        """The runner's state (STOPPING once a stop signal came)."""
+        return RunnerState.STOPPING if self._stop_requested else self._phase
+
+    # -- signals
+
+    def install_signals(self) -> None:
+        """SIGTERM and SIGINT stop the runner (see :class:`RunnerState`)."""
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+
+    def _before_read(self) -> None:
+        self._phase = RunnerState.READING
+        if self._stop_requested:
+            raise _Stop
+
+    def _after_read(self) -> None:
+        self._phase = RunnerState.WORKING
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """A stop signal: stop now while reading, else after the message in hand."""
+        self._stop_requested = True
+        if self._phase is RunnerState.READING:
+            raise _Stop
+
+    # -- the loop
+
+    def serve(self) -> int:
+        """Serve until EOF or a stop signal (0), or a fatal error (1).
+
+        A lost connection that reconnecting cannot repair raises
+        :class:`psycopg.OperationalError`.
+        """
+        try:
+            while self.state is not RunnerState.STOPPING:
+                lines = self.reader.lines()
+                if not lines:
+                    return 0  # EOF
+                self._run_batch(lines)
+        except _Stop:
+            return 0
+        except BatchFailed as exc:
+            print(f"pepsi worker: {exc}; exiting", file=sys.stderr)
+            return 1
+        except BrokenPipeError:
+            print("pepsi worker: the dispatcher closed our stdout; exiting", file=sys.stderr)
+            return 1
+        return 0
+
+    def _run_batch(self, lines: list[bytes]) -> None:
+        """Process the lines; after a lost connection reconnect and redo what is unanswered."""
+        attempt = Attempt.FIRST
+        while True:
+            try:
+                if self.commit_mode is CommitMode.GROUP and len(lines) > 1:
+                    self._batch_group(lines, attempt)
+                else:
+                    self._batch_single(lines, attempt)  # removes the lines it answered
+                return
+            except psycopg.OperationalError as exc:
+                if not self.connection.broken:
+                    raise
+                print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
+                self.connection.reconnect()
+                attempt = Attempt.REDO
+
+    def _batch_single(self, lines: list[bytes], attempt: Attempt) -> None:
+        """Commit and answer one message at a time, removing its line when answered."""
+        conn = self.connection.conn
+        for loaded in load_batch(conn, lines):
+            scope = Scope(conn)
+            answer = self.dispatch.process(loaded, scope, attempt)
+            scope.commit()
+            write_answers(self.answer_fd, [answer])
+            del lines[0]
+            attempt = Attempt.FIRST  # only the message in hand may have committed unanswered
+            if self.state is RunnerState.STOPPING:
+                return
+
+    def _batch_group(self, lines: list[bytes], attempt: Attempt) -> None:
+        """One transaction for the batch; statements of messages whose handler did not
+        touch ``msg.db`` are deferred and sent together in one pipeline before the commit."""
+        conn = self.connection.conn
+        loaded = load_batch(conn, lines)
+        batch = GroupBatch(conn)
+        with conn.transaction():
+            answers, ending = self._group_messages(loaded, batch, attempt)
+            batch.flush()
+        for slot, lost in batch.lost.items():
+            print(f"pepsi worker: {lost}", file=sys.stderr)
+            answers[slot] = f"1 {one_line(lost)}"
+        write_answers(self.answer_fd, answers)
+        if ending is not None:
+            raise ending
+
+    def _group_messages(
+        self, loaded: list[Loaded], batch: GroupBatch, attempt: Attempt
+    ) -> tuple[list[str], BaseException | None]:
+        """Process the batch's messages, each in its savepoint; their answers, and the
+        SystemExit or KeyboardInterrupt a handler raised (to re-raise after answering)."""
+        answers: list[str] = []
+        for slot, item in enumerate(loaded):
+            batch.slot = slot
+            scope = Scope(batch.conn, CommitMode.GROUP, batch)
+            try:
+                answer = self.dispatch.process(item, scope, attempt)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # A handler ends the process (sys.exit): commit and answer the
+                # messages before it first, so that this one is the head of line
+                # the dispatcher blames, not the group's first, innocent message.
+                scope.rollback_to(0)
+                batch.forget(slot)
+                return answers, exc
+            scope.commit()
+            answers.append(answer)
+            if self.state is RunnerState.STOPPING:
+                break
+        return answers, None

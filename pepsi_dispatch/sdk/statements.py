@@ -1,0 +1,138 @@
+"""The statements of the SQL API the SDK sends, and the ones a transition becomes.
+
+Every call names the row's stage and the dispatcher id (the fencing token); it
+returns false, changing nothing, when the row is no longer running at that
+stage under that dispatcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from .pipe import one_line
+from .transitions import Advance, Finish, Pause, Refused, Transition
+
+__all__ = ["MANY", "SINGLE", "Statement", "Statements"]
+
+# Each call with the types of its parameters; below, the same call as one
+# statement, and over arrays (group commit: many messages' calls in one statement).
+_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "advance": ("pepsi.advance({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+    "finish": ("pepsi.finish({0}, {1}, {2})", ("bigint", "text", "bigint")),
+    "pause_at": (
+        "pepsi.pause({0}, {1}, {2}, {3}, {4})",
+        ("bigint", "text", "timestamptz", "text", "bigint"),
+    ),
+    "pause_in": (
+        "pepsi.pause({0}, {1}, clock_timestamp() + {2} * interval '1 second', {3}, {4})",
+        ("bigint", "text", "float8", "text", "bigint"),
+    ),
+    "fail": ("pepsi.fail({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+    "set_state": ("pepsi.set_state({0}, {1}, {2}, {3})", ("bigint", "text", "jsonb", "bigint")),
+    "hop": ("pepsi.hop({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+}
+#: kind -> ``SELECT call(%s, ...)``: one boolean.
+SINGLE = {
+    kind: "SELECT " + call.format(*(f"%s::{t}" for t in types))
+    for kind, (call, types) in _CALLS.items()
+}
+#: kind -> the call over parallel arrays (one per parameter): one boolean per row, in order.
+MANY = {
+    kind: "SELECT "
+    + call.format(*(f"u.a{i}" for i in range(len(types))))
+    + " FROM unnest("
+    + ", ".join(f"%s::{t}[]" for t in types)
+    + ") WITH ORDINALITY AS u("
+    + ", ".join(f"a{i}" for i in range(len(types)))
+    + ", n) ORDER BY u.n"
+    for kind, (call, types) in _CALLS.items()
+}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One call of the SQL API about one message.
+
+    ``lost`` is the error to report when the call changes nothing (the row is no
+    longer ours).
+    """
+
+    kind: str
+    params: tuple[Any, ...]
+    lost: str
+
+    @property
+    def message_id(self) -> int:
+        """The message the call is about (its first parameter)."""
+        return self.params[0]
+
+
+def _as_is(text: str) -> str:
+    """Jsonb ``dumps`` for text that is JSON already."""
+    return text
+
+
+class Statements:
+    """Builds the statements about messages, fenced by ``dispatcher_id``."""
+
+    def __init__(self, dispatcher_id: int | None) -> None:
+        self.dispatcher_id = dispatcher_id
+
+    def lost(self, message_id: int, stage: str, what: str) -> str:
+        """The error of a ``what`` that changed nothing."""
+        holder = f" under dispatcher {self.dispatcher_id}" if self.dispatcher_id is not None else ""
+        return (
+            f"{what} of message {message_id} changed nothing: it is no longer running at stage"
+            f" {stage}{holder} (the dispatcher may have timed it out or requeued it)"
+        )
+
+    def _make(self, kind: str, what: str, message_id: int, stage: str, *args: Any) -> Statement:
+        params = (message_id, stage, *args, self.dispatcher_id)
+        return Statement(kind, params, self.lost(message_id, stage, what))
+
+    def fail(self, message_id: int, stage: str, reason: str) -> Statement:
+        """Fail the message with ``reason`` (already one line)."""
+        return self._make("fail", "fail", message_id, stage, reason)
+
+    def set_state(self, message_id: int, stage: str, patch_json: str) -> Statement:
+        """Merge ``patch_json`` (a JSON object's text) into the row's state."""
+        patch = Jsonb(patch_json, dumps=_as_is)
+        return self._make("set_state", "set_state", message_id, stage, patch)
+
+    def hop(self, message_id: int, stage: str, to: str) -> Statement:
+        """Move the row on to ``to`` and keep it running (fusion)."""
+        return self._make("hop", "hop", message_id, stage, to)
+
+    def transition(
+        self, message_id: int, stage: str, transition: Transition, prefix: str = ""
+    ) -> Statement:
+        """The statement of a handler's (checked) transition.
+
+        ``prefix`` (``[stage] `` after a fused hop) goes before a failure's reason.
+        Raises :class:`Refused` for a Pause whose ``when`` is no time.
+        """
+        if isinstance(transition, Advance):
+            return self._make("advance", "advance", message_id, stage, transition.to)
+        if isinstance(transition, Finish):
+            return self._make("finish", "finish", message_id, stage)
+        if isinstance(transition, Pause):
+            return self._pause(message_id, stage, transition)
+        return self.fail(message_id, stage, one_line(prefix + str(transition.reason)))
+
+    def _pause(self, message_id: int, stage: str, pause: Pause) -> Statement:
+        when = pause.when
+        if isinstance(when, datetime):
+            return self._make("pause_at", "pause", message_id, stage, when, pause.reason)
+        if isinstance(when, timedelta):
+            seconds = when.total_seconds()
+        elif isinstance(when, (int, float)) and not isinstance(when, bool):
+            seconds = float(when)
+        else:
+            raise Refused(
+                f"Pause needs seconds, a timedelta or a datetime, not {type(when).__name__}"
+            )
+        return self._make("pause_in", "pause", message_id, stage, seconds, pause.reason)

@@ -1,0 +1,241 @@
+"""Transaction scopes of messages, and group commit's deferred statements.
+
+Outside group commit (:attr:`CommitMode.PER_MESSAGE`) a message's first level
+is a real transaction (BEGIN); a message whose handler never touches
+``msg.db`` and that needs a single statement runs it without any explicit
+transaction (one round trip, one commit). In group commit
+(:attr:`CommitMode.GROUP`) the batch is one transaction and every level of a
+message is a savepoint of it; the statements of a message without a
+savepoint of its own are deferred and sent, for the whole batch, in one
+pipeline before the commit (:class:`GroupBatch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import psycopg
+
+from .pipe import exc_reason
+from .statements import MANY, SINGLE, Statement
+
+__all__ = [
+    "BatchFailed",
+    "CallMode",
+    "CommitMode",
+    "Deferred",
+    "GroupBatch",
+    "HandlerScope",
+    "Role",
+    "RowLost",
+    "Scope",
+    "call_mode",
+    "plan_flush",
+]
+
+
+class RowLost(Exception):
+    """A transition changed nothing: the row is no longer ours."""
+
+
+class BatchFailed(BaseException):
+    """The group commit transaction failed beyond repair: roll back, answer nothing, exit 1.
+
+    A BaseException so that a handler's ``except Exception`` cannot swallow it.
+    """
+
+
+class CommitMode(Enum):
+    """How messages are committed."""
+
+    PER_MESSAGE = "a transaction (or none) per message, committed before its answer"
+    GROUP = "one transaction for the batch, a savepoint per message, one commit"
+
+
+class Role(Enum):
+    """Where a statement stands in its message's statements."""
+
+    STEP = "more statements of the message follow (set_state, hop)"
+    LAST = "the message's transition, its last statement"
+
+
+class CallMode(Enum):
+    """How one statement is sent."""
+
+    AUTOCOMMIT = "alone, outside any transaction: one round trip, its own commit"
+    IN_TRANSACTION = "in the message's transaction or savepoint, opened first if need be"
+    DEFERRED = "queued for the group commit batch's pipeline"
+
+
+def call_mode(commit: CommitMode, depth: int, role: Role) -> CallMode:
+    """How a statement of ``role`` is sent when the message has ``depth`` levels open."""
+    if commit is CommitMode.GROUP:
+        return CallMode.DEFERRED if depth == 0 else CallMode.IN_TRANSACTION
+    if role is Role.LAST and depth == 0:
+        return CallMode.AUTOCOMMIT
+    return CallMode.IN_TRANSACTION
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A statement waiting for the batch's pipeline; ``slot``: its message's place in the batch."""
+
+    statement: Statement
+    slot: int
+
+
+def plan_flush(deferred: list[Deferred]) -> list[tuple[str, list[Deferred]]]:
+    """Group deferred statements into as few statements as the order allows.
+
+    Statements of different messages are independent; within a message their
+    order matters (set_state, hop, then the transition). So they are grouped by
+    (position within the message, kind), in that order: one statement per group.
+    """
+    groups: dict[tuple[int, str], list[Deferred]] = {}
+    position: dict[int, int] = {}
+    for item in deferred:
+        level = position.get(item.slot, 0)
+        position[item.slot] = level + 1
+        groups.setdefault((level, item.statement.kind), []).append(item)
+    return [(kind, items) for (_, kind), items in sorted(groups.items())]
+
+
+def columns(items: list[Deferred]) -> tuple[list[Any], ...]:
+    """The parameters of several statements of one kind as parallel arrays."""
+    return tuple(list(c) for c in zip(*(i.statement.params for i in items), strict=True))
+
+
+class GroupBatch:
+    """Group commit's bookkeeping for one batch: the deferred statements, and the
+    messages (by slot) whose row turned out lost when they were sent."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        #: the slot of the message being processed
+        self.slot = 0
+        self.deferred: list[Deferred] = []
+        #: slot -> the error of its first statement that changed nothing
+        self.lost: dict[int, str] = {}
+
+    def defer(self, statement: Statement) -> None:
+        """Queue a statement of the current message."""
+        self.deferred.append(Deferred(statement, self.slot))
+
+    def forget(self, slot: int) -> None:
+        """Drop the deferred statements of the message at ``slot``."""
+        self.deferred = [d for d in self.deferred if d.slot != slot]
+
+    def note_results(self, items: list[Deferred], rows: list[Any]) -> None:
+        """Record the messages whose statement changed nothing (the first one counts)."""
+        for item, row in zip(items, rows, strict=True):
+            if not (row and row[0]):
+                self.lost.setdefault(item.slot, item.statement.lost)
+
+    def flush(self) -> None:
+        """Send the deferred statements in one pipeline; note rows lost."""
+        deferred, self.deferred = self.deferred, []
+        if not deferred:
+            return
+        try:
+            with self.conn.pipeline():
+                cursors = [(self._send(kind, items), items) for kind, items in plan_flush(deferred)]
+            for cur, items in cursors:
+                self.note_results(items, cur.fetchall())
+        except psycopg.Error as exc:
+            if self.conn.broken:
+                raise
+            raise BatchFailed(f"group commit batch failed: {exc_reason(exc)}") from exc
+
+    def _send(self, kind: str, items: list[Deferred]) -> psycopg.Cursor:
+        if len(items) == 1:
+            return self.conn.execute(SINGLE[kind], items[0].statement.params)
+        return self.conn.execute(MANY[kind], columns(items))
+
+
+class Scope:
+    """The transaction levels of one message, entered lazily.
+
+    A level is a transaction, or a savepoint when one is open already (always
+    in group commit, where the batch's transaction is). ``batch`` is the group
+    commit batch (required with :attr:`CommitMode.GROUP`); it is flushed before
+    a level is opened, so that the deferred statements run before this
+    message's savepoint and are not rolled back with it.
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        mode: CommitMode = CommitMode.PER_MESSAGE,
+        batch: GroupBatch | None = None,
+    ) -> None:
+        if mode is CommitMode.GROUP and batch is None:
+            raise ValueError("group commit needs its batch")
+        self.conn = conn
+        self.mode = mode
+        self.batch = batch
+        self._levels: list[psycopg.Transaction] = []
+        self._before_push: Callable[[], None] | None = batch.flush if batch else None
+
+    @property
+    def depth(self) -> int:
+        """How many levels are open."""
+        return len(self._levels)
+
+    def enter(self) -> None:
+        """Make sure at least one level is open."""
+        if not self._levels:
+            self.push()
+
+    def push(self) -> None:
+        """Open one more level."""
+        if self._before_push is not None:
+            self._before_push()
+        tx = self.conn.transaction()
+        tx.__enter__()
+        self._levels.append(tx)
+
+    def rollback_to(self, depth: int) -> None:
+        """Roll back levels until only ``depth`` are left."""
+        while len(self._levels) > depth:
+            tx = self._levels.pop()
+            tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+
+    def commit(self) -> None:
+        """Release/commit every open level, innermost first."""
+        while self._levels:
+            self._levels.pop().__exit__(None, None, None)
+
+    def write(self, statement: Statement, role: Role) -> None:
+        """Send one statement of this message as :func:`call_mode` says.
+
+        Raises :class:`RowLost` when it changed nothing. A deferred statement is
+        checked when the batch is flushed (:attr:`GroupBatch.lost`).
+        """
+        mode = call_mode(self.mode, self.depth, role)
+        if mode is CallMode.DEFERRED:
+            assert self.batch is not None
+            self.batch.defer(statement)
+            return
+        if mode is CallMode.IN_TRANSACTION:
+            self.enter()
+        row = self.conn.execute(SINGLE[statement.kind], statement.params).fetchone()
+        if not (row and row[0]):
+            raise RowLost(statement.lost)
+
+
+class HandlerScope:
+    """What ``msg.db`` opens: one level (transaction or savepoint) for the handler's writes."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.conn = scope.conn
+        self._opened = False
+
+    def enter(self) -> None:
+        """Open the handler's level, once."""
+        if not self._opened:
+            self.scope.push()
+            self._opened = True

@@ -1,0 +1,549 @@
+"""Unit tests of the SDK's parts (pepsi_dispatch/sdk/) that need no database.
+
+The pure logic pulled out of the old worker.py: how a statement is sent
+(call_mode), group commit's bookkeeping (plan_flush, GroupBatch), the statements
+a transition becomes, the graph checks, the state patch, the pipe's line reader,
+the runner's states, and handler dispatch against a recording scope. The SDK
+end to end (a real database, a real process) is tests/python/test_worker_sdk.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pepsi_dispatch.sdk import runner as runner_mod
+from pepsi_dispatch.sdk.connection import ConnectionHolder
+from pepsi_dispatch.sdk.dispatch import Attempt, HandlerDispatch, Loaded, StageGraph, state_patch
+from pepsi_dispatch.sdk.pipe import (
+    MAX_REASON,
+    LineReader,
+    exc_reason,
+    one_line,
+    parse_id,
+    write_answers,
+)
+from pepsi_dispatch.sdk.runner import RunnerState, StageRunner
+from pepsi_dispatch.sdk.statements import MANY, SINGLE, Statement, Statements
+from pepsi_dispatch.sdk.transaction import (
+    CallMode,
+    CommitMode,
+    Deferred,
+    GroupBatch,
+    Role,
+    RowLost,
+    Scope,
+    call_mode,
+    columns,
+    plan_flush,
+)
+from pepsi_dispatch.sdk.transitions import Advance, Fail, Finish, Message, Pause, Refused
+
+# --------------------------------------------------------------------------- call modes
+
+
+@pytest.mark.parametrize(
+    ("commit", "depth", "role", "mode"),
+    [
+        (CommitMode.PER_MESSAGE, 0, Role.LAST, CallMode.AUTOCOMMIT),
+        (CommitMode.PER_MESSAGE, 0, Role.STEP, CallMode.IN_TRANSACTION),
+        (CommitMode.PER_MESSAGE, 1, Role.LAST, CallMode.IN_TRANSACTION),
+        (CommitMode.PER_MESSAGE, 1, Role.STEP, CallMode.IN_TRANSACTION),
+        (CommitMode.GROUP, 0, Role.LAST, CallMode.DEFERRED),
+        (CommitMode.GROUP, 0, Role.STEP, CallMode.DEFERRED),
+        (CommitMode.GROUP, 1, Role.LAST, CallMode.IN_TRANSACTION),
+        (CommitMode.GROUP, 2, Role.STEP, CallMode.IN_TRANSACTION),
+    ],
+)
+def test_call_mode(commit: CommitMode, depth: int, role: Role, mode: CallMode) -> None:
+    assert call_mode(commit, depth, role) is mode
+
+
+# --------------------------------------------------------------------------- a fake connection
+
+
+class FakeCursor:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+
+class FakeTx:
+    def __init__(self, conn: FakeConn) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> FakeTx:
+        self.conn.log.append("begin")
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self.conn.log.append("commit" if kind is None else "rollback")
+
+
+class FakeConn:
+    """Records what is sent; every call returns ``result`` (one row per array element)."""
+
+    def __init__(self, result: bool = True) -> None:
+        self.log: list[Any] = []
+        self.result = result
+        self.broken = False
+
+    def transaction(self) -> FakeTx:
+        return FakeTx(self)
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        self.log.append("pipeline")
+        yield
+        self.log.append("sync")
+
+    def execute(self, sql: str, params: Any) -> FakeCursor:
+        self.log.append((sql, params))
+        if sql in MANY.values():
+            return FakeCursor([(self.result,)] * len(params[0]))
+        return FakeCursor([(self.result,)])
+
+
+def stmt(kind: str, message_id: int, lost: str = "") -> Statement:
+    return Statement(kind, (message_id, "a", None), lost or f"lost {message_id}")
+
+
+# --------------------------------------------------------------------------- group commit
+
+
+def test_plan_flush_groups_by_position_then_kind_and_keeps_each_message_in_order() -> None:
+    deferred = [
+        Deferred(stmt("set_state", 1), 0),
+        Deferred(stmt("advance", 1), 0),
+        Deferred(stmt("finish", 2), 1),
+        Deferred(stmt("set_state", 3), 2),
+        Deferred(stmt("hop", 3), 2),
+        Deferred(stmt("advance", 3), 2),
+    ]
+    plan = plan_flush(deferred)
+    assert [(kind, [d.slot for d in items]) for kind, items in plan] == [
+        ("finish", [1]),
+        ("set_state", [0, 2]),
+        ("advance", [0]),
+        ("hop", [2]),
+        ("advance", [2]),
+    ]
+    for slot in (0, 1, 2):  # each message's statements in the order it wrote them
+        sent = [d.statement.kind for _, items in plan for d in items if d.slot == slot]
+        assert sent == [d.statement.kind for d in deferred if d.slot == slot]
+
+
+def test_columns_are_parallel_arrays() -> None:
+    items = [Deferred(stmt("finish", 1), 0), Deferred(stmt("finish", 2), 1)]
+    assert columns(items) == ([1, 2], ["a", "a"], [None, None])
+
+
+def test_group_batch_defers_forgets_and_notes_the_first_loss() -> None:
+    batch = GroupBatch(FakeConn())
+    batch.slot = 0
+    batch.defer(stmt("set_state", 1, "a lost"))
+    batch.defer(stmt("finish", 1, "b lost"))
+    batch.slot = 1
+    batch.defer(stmt("finish", 2))
+    batch.forget(1)
+    assert [d.slot for d in batch.deferred] == [0, 0]
+    batch.note_results(batch.deferred, [(False,), (None,)])
+    assert batch.lost == {0: "a lost"}
+
+
+def test_group_batch_flush_sends_one_pipeline_single_or_over_arrays() -> None:
+    conn = FakeConn(result=False)
+    batch = GroupBatch(conn)
+    for slot, message_id in enumerate((1, 2)):
+        batch.slot = slot
+        batch.defer(stmt("finish", message_id))
+    batch.slot = 2
+    batch.defer(stmt("fail", 3))
+    batch.flush()
+    assert conn.log[0] == "pipeline" and conn.log[-1] == "sync"
+    assert conn.log[1] == (SINGLE["fail"], (3, "a", None))
+    assert conn.log[2] == (MANY["finish"], ([1, 2], ["a", "a"], [None, None]))
+    assert batch.lost == {0: "lost 1", 1: "lost 2", 2: "lost 3"}
+    assert batch.deferred == []
+    batch.flush()  # nothing deferred: nothing sent
+    assert len(conn.log) == 4
+
+
+# --------------------------------------------------------------------------- scopes
+
+
+def test_scope_lone_last_statement_runs_without_a_transaction() -> None:
+    conn = FakeConn()
+    scope = Scope(conn)
+    scope.write(stmt("finish", 1), Role.LAST)
+    assert conn.log == [(SINGLE["finish"], (1, "a", None))]
+
+
+def test_scope_step_opens_a_transaction_that_commit_closes() -> None:
+    conn = FakeConn()
+    scope = Scope(conn)
+    scope.write(stmt("set_state", 1), Role.STEP)
+    scope.write(stmt("finish", 1), Role.LAST)
+    assert scope.depth == 1
+    scope.commit()
+    assert [e if isinstance(e, str) else e[0] for e in conn.log] == [
+        "begin",
+        SINGLE["set_state"],
+        SINGLE["finish"],
+        "commit",
+    ]
+
+
+def test_scope_raises_row_lost_when_the_call_changed_nothing() -> None:
+    scope = Scope(FakeConn(result=False))
+    with pytest.raises(RowLost, match="lost 7"):
+        scope.write(stmt("finish", 7), Role.LAST)
+
+
+def test_group_scope_defers_until_a_level_opens_then_flushes_first() -> None:
+    conn = FakeConn()
+    batch = GroupBatch(conn)
+    scope = Scope(conn, CommitMode.GROUP, batch)
+    scope.write(stmt("set_state", 1), Role.STEP)
+    assert conn.log == [] and len(batch.deferred) == 1
+    scope.push()  # e.g. msg.db: the deferred statements go before the savepoint
+    assert conn.log[:3] == ["pipeline", (SINGLE["set_state"], (1, "a", None)), "sync"]
+    assert conn.log[3] == "begin"
+    scope.write(stmt("finish", 1), Role.LAST)  # inside the savepoint now
+    assert conn.log[4] == (SINGLE["finish"], (1, "a", None))
+    scope.rollback_to(0)
+    assert conn.log[-1] == "rollback"
+
+
+def test_group_scope_needs_its_batch() -> None:
+    with pytest.raises(ValueError):
+        Scope(FakeConn(), CommitMode.GROUP)
+
+
+def test_connection_holder_without_connect_cannot_reconnect() -> None:
+    import psycopg
+
+    holder = ConnectionHolder(FakeConn(), None, timeout=0)
+    with pytest.raises(psycopg.OperationalError, match="no way to reconnect"):
+        holder.reconnect()
+
+
+# --------------------------------------------------------------------------- statements
+
+
+def test_statements_of_each_transition() -> None:
+    s = Statements(9)
+    assert s.transition(1, "a", Advance("b")) == Statement(
+        "advance", (1, "a", "b", 9), s.lost(1, "a", "advance")
+    )
+    assert s.transition(1, "a", Finish()).params == (1, "a", 9)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    assert s.transition(1, "a", Pause(at, "r")).kind == "pause_at"
+    assert s.transition(1, "a", Pause(at, "r")).params == (1, "a", at, "r", 9)
+    assert s.transition(1, "a", Pause(timedelta(minutes=1))).params == (1, "a", 60.0, None, 9)
+    assert s.transition(1, "a", Pause(5)).kind == "pause_in"
+    fail = s.transition(1, "b", Fail("bad\nthing"), prefix="[b] ")
+    assert fail.params == (1, "b", "[b] bad thing", 9)
+    assert "pause of message 1" in s.transition(1, "a", Pause(1)).lost
+    assert s.hop(1, "a", "b").params == (1, "a", "b", 9)
+    assert s.set_state(1, "a", '{"k": 1}').kind == "set_state"
+
+
+@pytest.mark.parametrize("when", ["soon", True, None])
+def test_pause_needs_a_time(when: Any) -> None:
+    with pytest.raises(Refused, match="Pause needs seconds"):
+        Statements(None).transition(1, "a", Pause(when))
+
+
+def test_lost_names_the_dispatcher_only_when_known() -> None:
+    assert "under dispatcher 4" in Statements(4).lost(1, "a", "finish")
+    assert "under dispatcher" not in Statements(None).lost(1, "a", "finish")
+
+
+# --------------------------------------------------------------------------- graph and state
+
+
+GRAPH = StageGraph({"a": ("b", "c"), "b": ("c",), "c": ()}, "test.conf")
+
+
+def test_none_means_the_only_successor_or_finish() -> None:
+    assert GRAPH.check("b", None) == Advance("c")
+    assert GRAPH.check("c", None) == Finish()
+    with pytest.raises(Refused, match="several successors"):
+        GRAPH.check("a", None)
+    with pytest.raises(Refused, match="not in the configuration"):
+        GRAPH.check("x", None)
+
+
+def test_advance_is_checked_against_next() -> None:
+    assert GRAPH.check("a", Advance("c", fuse=True)) == Advance("c", fuse=True)
+    with pytest.raises(Refused, match=r"allowed successors: c; NEXT of \[stage-b\]"):
+        GRAPH.check("b", Advance("a"))
+    with pytest.raises(Refused, match="c is a final stage"):
+        GRAPH.check("c", Advance("a"))
+    with pytest.raises(Refused, match="successors are unknown"):
+        StageGraph(None, "none").check("a", Advance("b"))
+
+
+def test_other_results() -> None:
+    assert GRAPH.check("a", Fail("x")) == Fail("x")
+    with pytest.raises(Refused, match="returned str, not a transition"):
+        GRAPH.check("a", "bogus")
+
+
+def test_state_patch() -> None:
+    original = {"a": 1, "nested": [1]}
+    assert state_patch(original, {"a": 1, "nested": [1]}) is None
+    assert state_patch(original, {"a": 2, "nested": [1, 2], "new": None}) == (
+        '{"a": 2, "nested": [1, 2], "new": null}'
+    )
+    assert state_patch({}, {"dispatch_error": "x"}) is None
+    with pytest.raises(Refused, match="cannot be stored as JSON"):
+        state_patch({}, {"bad": {1, 2}})
+
+
+# --------------------------------------------------------------------------- the pipe
+
+
+def test_one_line_and_exc_reason() -> None:
+    assert one_line("a\n  b\tc") == "a b c"
+    assert one_line("  ") == "failed"
+    long = one_line("x" * (MAX_REASON + 10))
+    assert len(long) == MAX_REASON and long.endswith("...")
+    assert exc_reason(ValueError("bad\nvalue")) == "ValueError: bad value"
+    assert exc_reason(KeyError()) == "KeyError"
+
+
+def test_parse_id() -> None:
+    assert parse_id(b" 42 \n") == 42
+    assert parse_id(b"x") is None
+
+
+def test_line_reader_batches_what_is_buffered_and_reads_a_last_line_at_eof() -> None:
+    r, w = os.pipe()
+    calls: list[str] = []
+    reader = LineReader(r, lambda: calls.append("before"), lambda: calls.append("after"))
+    os.write(w, b"1\n\n2\n3")
+    assert reader.lines() == [b"1", b"2"]
+    assert calls == ["before", "after"]
+    os.write(w, b"4\n")
+    assert reader.lines() == [b"34"]
+    os.close(w)
+    assert reader.lines() == []
+    os.close(r)
+
+
+def test_line_reader_unterminated_last_line_counts_at_eof() -> None:
+    r, w = os.pipe()
+    reader = LineReader(r, lambda: None, lambda: None)
+    os.write(w, b"5")
+    os.close(w)
+    assert reader.lines() == [b"5"]
+    assert reader.lines() == []
+    os.close(r)
+
+
+def test_write_answers() -> None:
+    r, w = os.pipe()
+    write_answers(w, ["0", "1 no"])
+    assert os.read(r, 100) == b"0\n1 no\n"
+    os.close(r)
+    os.close(w)
+
+
+# --------------------------------------------------------------------------- the runner's states
+
+
+def make_runner(input_fd: int) -> StageRunner:
+    dispatch = HandlerDispatch({}, "a", GRAPH, Statements(None))
+    holder = ConnectionHolder(FakeConn())
+    return StageRunner(dispatch, holder, CommitMode.PER_MESSAGE, -1, input_fd)
+
+
+def test_runner_stop_signal_while_working_lets_the_message_finish() -> None:
+    runner = make_runner(-1)
+    assert runner.state is RunnerState.WORKING
+    runner.on_signal(15, None)  # no exception: the message in hand goes on
+    assert runner.state is RunnerState.STOPPING
+    with pytest.raises(runner_mod._Stop):
+        runner._before_read()  # the next read does not start
+
+
+def test_runner_stop_signal_while_reading_stops_at_once() -> None:
+    runner = make_runner(-1)
+    runner._before_read()
+    assert runner.state is RunnerState.READING
+    with pytest.raises(runner_mod._Stop):
+        runner.on_signal(15, None)
+    assert runner.state is RunnerState.STOPPING
+
+
+def test_runner_exits_0_at_eof_and_after_a_stop_before_reading() -> None:
+    r, w = os.pipe()
+    os.close(w)
+    runner = make_runner(r)
+    assert runner.serve() == 0
+    os.close(r)
+    stopped = make_runner(-1)  # would fail to read fd -1
+    stopped.on_signal(2, None)
+    assert stopped.serve() == 0
+
+
+# --------------------------------------------------------------------------- handler dispatch
+
+
+class RecordingScope:
+    """A Scope as HandlerDispatch sees it: records statements with their role."""
+
+    def __init__(self) -> None:
+        self.conn = FakeConn()
+        self.mode = CommitMode.PER_MESSAGE
+        self.depth = 0
+        self.written: list[tuple[str, tuple[Any, ...], Role]] = []
+        self.events: list[str] = []
+
+    def write(self, statement: Statement, role: Role) -> None:
+        self.written.append((statement.kind, statement.params, role))
+
+    def push(self) -> None:
+        self.depth += 1
+
+    def enter(self) -> None:
+        if not self.depth:
+            self.push()
+
+    def rollback_to(self, depth: int) -> None:
+        self.events.append(f"rollback_to {depth}")
+        self.depth = min(self.depth, depth)
+
+    def commit(self) -> None:
+        self.events.append("commit")
+        self.depth = 0
+
+
+def row(stage: str = "a", status: str = "running", state: Any = None) -> tuple[Any, ...]:
+    return (1, stage, status, {"p": 1}, state, 0)
+
+
+def dispatch(handlers: dict[str, Any], retry: frozenset[str] = frozenset()) -> HandlerDispatch:
+    return HandlerDispatch(handlers, "a", GRAPH, Statements(5), retry)
+
+
+def test_lines_that_are_no_running_message_of_ours() -> None:
+    d = dispatch({})
+    scope = RecordingScope()
+    assert d.process(Loaded(b"x y", None, None), scope) == "1 not a message id: x y"
+    assert d.process(Loaded(b"1", 1, None), scope) == "1 message 1 does not exist"
+    done = Loaded(b"1", 1, row("b", "done"))
+    assert d.process(done, scope) == (
+        "1 message 1 is not running at stage a (it is done at stage b)"
+    )
+    assert d.process(done, scope, Attempt.REDO) == "0"
+    assert scope.written == []
+
+
+def test_fused_pass_writes_state_hop_and_transition_in_order() -> None:
+    seen: list[tuple[str, tuple[str, ...], int]] = []
+
+    def a(msg: Message) -> Advance:
+        seen.append((msg.stage, msg.fused_from, msg.retries))
+        msg.state["x"] = 1
+        return Advance("b", fuse=True)
+
+    def b(msg: Message) -> None:
+        seen.append((msg.stage, msg.fused_from, msg.retries))
+        assert msg.state == {"x": 1}
+        return None  # the only successor: c
+
+    scope = RecordingScope()
+    answer = dispatch({"a": a, "b": b}).process(Loaded(b"1", 1, row()), scope)
+    assert answer == "0 fused=b"
+    assert seen == [("a", (), 0), ("b", ("a",), 0)]
+    assert [(k, p[2] if k != "set_state" else None, r) for k, p, r in scope.written] == [
+        ("set_state", None, Role.STEP),
+        ("hop", "b", Role.STEP),
+        ("advance", "c", Role.LAST),
+    ]
+    assert scope.written[-1][1] == (1, "b", "c", 5)
+    assert scope.events == ["commit"]
+
+
+def test_handler_exception_fails_the_message_unless_the_stage_retries() -> None:
+    def boom(msg: Message) -> None:
+        raise ValueError("boom")
+
+    scope = RecordingScope()
+    answer = dispatch({"a": boom}).process(Loaded(b"1", 1, row()), scope)
+    assert answer == "1 ValueError: boom"
+    assert scope.written == [("fail", (1, "a", "ValueError: boom", 5), Role.LAST)]
+    assert scope.events == ["rollback_to 0", "commit"]
+
+    scope = RecordingScope()
+    retried = dispatch({"a": boom}, frozenset({"a"}))
+    assert retried.process(Loaded(b"1", 1, row()), scope) == "1 ValueError: boom"
+    assert scope.written == []  # left running: the dispatcher retries it
+
+
+def test_refused_transition_fails_even_at_a_retry_stage() -> None:
+    scope = RecordingScope()
+    d = dispatch({"a": lambda msg: Advance("d")}, frozenset({"a"}))
+    answer = d.process(Loaded(b"1", 1, row()), scope)
+    assert answer.startswith("1 stage a may not advance to d")
+    assert [w[0] for w in scope.written] == ["fail"]
+
+
+def test_fail_after_a_hop_is_prefixed_with_the_fused_stage() -> None:
+    scope = RecordingScope()
+    d = dispatch({"a": lambda msg: Advance("b", fuse=True), "b": lambda msg: Fail("no")})
+    answer = d.process(Loaded(b"1", 1, row()), scope)
+    assert answer == "1 [b] no"
+    assert scope.written[-1] == ("fail", (1, "b", "[b] no", 5), Role.LAST)
+
+
+def test_row_lost_rolls_back_and_answers_the_reason() -> None:
+    class LosingScope(RecordingScope):
+        def write(self, statement: Statement, role: Role) -> None:
+            raise RowLost(statement.lost)
+
+    scope = LosingScope()
+    answer = dispatch({"a": lambda msg: Finish()}).process(Loaded(b"1", 1, row()), scope)
+    assert answer.startswith("1 finish of message 1 changed nothing")
+    assert scope.events == ["rollback_to 0"]
+
+
+# --------------------------------------------------------------------------- the public path
+
+
+def test_worker_module_is_the_stable_public_path() -> None:
+    from pepsi_dispatch import worker
+    from pepsi_dispatch.sdk import entry, transitions
+
+    assert worker.__all__ == [
+        "Advance",
+        "Fail",
+        "Finish",
+        "Handler",
+        "Message",
+        "Pause",
+        "Transition",
+        "run",
+    ]
+    assert worker.run is entry.run and worker.Message is transitions.Message
+    assert (worker.EX_TEMPFAIL, worker.MAX_REASON) == (75, 2000)
+    assert worker.RECONNECT_TIMEOUT > 0
+
+
+def test_message_db_outside_processing_raises() -> None:
+    msg = Message(id=1, stage="a", payload={}, state={}, retries=0)
+    with pytest.raises(RuntimeError, match="not being processed"):
+        _ = msg.db
