@@ -9,13 +9,14 @@ STAMP := $(VENV)/.installed
 MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { echo "$$out" >&2; exit 1; };
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
-.PHONY: help system-deps install db demo demo-stop test test-sql test-python lint bench stop-db clean man chaos failover
+.PHONY: help system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover
 
 help:
 	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
 	@echo "make db        a database: \$$PEPSI_DSN, or an embedded cluster under .pepsi/, migrated"
 	@echo "make demo      run the sample pipeline end to end and print a summary"
 	@echo "make test      pg_prove tests/sql + pytest tests/python"
+	@echo "make test-unit the unit tests only (tests/python/unit: no database, seconds)"
 	@echo "make bench     throughput/latency benchmark"
 	@echo "make lint      ruff"
 	@echo "make chaos     randomized fault soak, both modes (CHAOS_SECONDS=300 per mode, CHAOS_SEED, CHAOS_FAULTS)"
@@ -74,8 +75,13 @@ test: test-sql test-python
 test-sql: install system-deps
 	@$(PY) scripts/run_pgtap.py
 
+# Every pytest test: tests/python/unit, integration and acceptance.
 test-python: install system-deps
 	$(VENV)/bin/pytest tests/python
+
+# No database, no system packages: tests/python/unit alone.
+test-unit: install
+	$(VENV)/bin/pytest tests/python/unit
 
 lint: install
 	$(VENV)/bin/ruff check pepsi_dispatch tests migrations scripts examples

@@ -1,4 +1,8 @@
-"""pepsi.conf: GNUnet-style INI parser, time values, search order, stage graph, overlay.
+"""pepsi.conf's schema: options, value types, defaults, stage graph, search order, overlay.
+
+The file is read and its references expanded by :mod:`pepsi_dispatch.ini` (the
+generic INI reader); this module says which sections and options exist, converts
+and validates their values, and builds the :class:`Config`.
 
 The file format (see docs/CONFIG.md for the operator's reference)::
 
@@ -35,7 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pepsi_dispatch.errors import UsageError
+from pepsi_dispatch.ini import BadValue as _Bad
+from pepsi_dispatch.ini import ConfigError, Ini, expand_sections, merge_rows, read_file
+from pepsi_dispatch.ini import error as _error
+from pepsi_dispatch.ini import suggest as _suggest
 
 __all__ = [
     "DEFAULT_DSN",
@@ -60,22 +67,6 @@ SYSTEM_CONFIG = Path("/etc/pepsi.conf")
 OVERLAY_ORIGIN = "database overlay (pepsi.config)"
 
 STAGE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MAX_EXPANSION_DEPTH = 32
-_MAX_INLINE_DEPTH = 10
-
-
-class ConfigError(UsageError, ValueError):
-    """A configuration problem; ``str()`` is one line: where, what is wrong, how to fix.
-
-    Subclass of :class:`pepsi_dispatch.errors.UsageError` (exit 2) and of
-    :class:`ValueError` (so value parsers can be used where a ValueError is expected).
-    """
-
-
-class _Bad(ValueError):
-    """Internal: a value-level problem, turned into a located ConfigError by the caller."""
-
 
 # --------------------------------------------------------------------------- values
 
@@ -331,228 +322,11 @@ _DATABASE_OPTIONS = ("DSN",)
 _KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")
 
 
-# --------------------------------------------------------------------------- errors
-
-
-def _where(origin: str | None, section: str | None, option: str | None, value: str | None) -> str:
-    parts = []
-    if origin:
-        parts.append(f"{origin}:")
-    if section is not None:
-        sec = f"[{section}]"
-        if option is not None:
-            sec += f" {option}"
-            if value is not None:
-                sec += f" = '{value}'"
-        parts.append(sec + ":")
-    return " ".join(parts)
-
-
-def _error(
-    what: str,
-    origin: str | None = None,
-    section: str | None = None,
-    option: str | None = None,
-    value: str | None = None,
-) -> ConfigError:
-    where = _where(origin, section, option, value)
-    msg = f"{where} {what}" if where else what
-    return ConfigError(" ".join(msg.split("\n")))
-
-
-def _suggest(word: str, choices: Iterable[str], cutoff: float = 0.6, quote: str = "") -> str:
-    """Return ``did you mean X?`` for the closest choice (case-insensitive first), or ''."""
-    options = list(choices)
-    same = [c for c in options if c.lower() == word.lower()]
-    match = same or difflib.get_close_matches(word, options, n=1, cutoff=cutoff)
-    return f"did you mean {quote}{match[0]}{quote}?" if match else ""
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-@dataclass
-class _Raw:
-    sections: dict[str, dict[str, str]] = field(default_factory=dict)
-    names: dict[str, str] = field(default_factory=dict)  # lower -> first spelling
-    origins: dict[tuple[str, str], str] = field(default_factory=dict)
-
-
-def _strip_value(value: str) -> str:
-    """Strip blanks, a trailing `` # comment`` and one pair of surrounding double quotes."""
-    v = value.strip()
-    if v.startswith('"'):
-        end = v.find('"', 1)
-        if end > 0:
-            rest = v[end + 1 :].strip()
-            if not rest or rest.startswith("#"):
-                return v[1:end]
-    if v.startswith("#"):
-        return ""
-    v = re.sub(r"\s#.*$", "", v)
-    return v.strip()
-
-
-def _read_file(path: Path, raw: _Raw, depth: int = 0) -> None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _error("configuration file does not exist; check the path", str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise _error(
-            f"cannot read configuration file: {reason}; fix it or its permissions", str(path)
-        ) from None
-    section: str | None = None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        loc = f"{path}:{lineno}"
-        s = line.strip()
-        if not s or s[0] in "#;":
-            continue
-        if s.upper().startswith("@INLINE@"):
-            target = s[len("@INLINE@") :].strip()
-            if not target:
-                raise _error("@INLINE@ needs a file name", loc)
-            if depth >= _MAX_INLINE_DEPTH:
-                raise _error("@INLINE@ nested too deeply (does a file include itself?)", loc)
-            try:
-                target = _expand(target, raw.sections.get("paths", {}), os.environ)
-            except _Bad as exc:
-                raise _error(f"@INLINE@ {target}: {exc}", loc) from None
-            inc = Path(target).expanduser()
-            if not inc.is_absolute():
-                inc = path.parent / inc
-            if not inc.is_file():
-                raise _error(f"@INLINE@ file '{inc}' does not exist; fix the path", loc)
-            _read_file(inc, raw, depth + 1)
-            section = None
-            continue
-        if s.startswith("["):
-            s = re.sub(r"\s#.*$", "", s).rstrip()  # [section]   # comment
-            if not s.endswith("]"):
-                raise _error(f"bad section header '{s}'; write it as [name]", loc)
-            name = s[1:-1].strip()
-            if not name:
-                raise _error("empty section name '[]'; write it as [name]", loc)
-            section = name.lower()
-            raw.names.setdefault(section, name)
-            raw.sections.setdefault(section, {})
-            raw.origins.setdefault((section, ""), loc)
-            continue
-        if "=" not in s:
-            raise _error(
-                f"cannot parse line '{s}'; expected KEY = value, [section] or # comment", loc
-            )
-        key, value = s.split("=", 1)
-        key = key.strip().upper()
-        if not key:
-            raise _error(f"missing option name in '{s}'; expected KEY = value", loc)
-        if section is None:
-            raise _error(f"option {key} outside any section; put it under a [section] header", loc)
-        raw.sections[section][key] = _strip_value(value)
-        raw.origins[(section, key)] = loc
-
-
-def _lookup(
-    name: str,
-    paths: Mapping[str, str],
-    env: Mapping[str, str],
-    depth: int,
-    active: frozenset[str],
-    expanded_paths: bool,
-) -> str | None:
-    key = name.upper()
-    if key in paths and key not in active:
-        if expanded_paths:
-            return paths[key]
-        # Inside the expansion of [PATHS] NAME, $NAME means the environment's NAME,
-        # so that NAME = ${NAME:-/default} works.
-        return _expand(paths[key], paths, env, depth + 1, active | {key})
-    return env.get(name)
-
-
-def _expand(
-    value: str,
-    paths: Mapping[str, str],
-    env: Mapping[str, str],
-    depth: int = 0,
-    active: frozenset[str] = frozenset(),
-    expanded_paths: bool = False,
-) -> str:
-    """Expand ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``$$`` (a literal ``$``).
-
-    Names are looked up in [PATHS] (case-insensitively) first, then in the environment.
-    The default applies when the variable is unset or empty. ``expanded_paths``: the
-    [PATHS] values are already expanded (a loaded Config's), use them as they are.
-    """
-    if depth > _MAX_EXPANSION_DEPTH:
-        raise _Bad("variable expansion nested too deeply; does a [PATHS] entry refer to itself?")
-    if "$" not in value:
-        return value
-    out: list[str] = []
-    i = 0
-    n = len(value)
-    while i < n:
-        c = value[i]
-        if c != "$" or i + 1 >= n:
-            out.append(c)
-            i += 1
-            continue
-        nxt = value[i + 1]
-        if nxt == "$":
-            out.append("$")
-            i += 2
-            continue
-        if nxt == "{":
-            level = 1
-            j = i + 2
-            while j < n and level:
-                if value[j] == "{":
-                    level += 1
-                elif value[j] == "}":
-                    level -= 1
-                j += 1
-            if level:
-                raise _Bad("unclosed '${'; write ${NAME} or ${NAME:-default}")
-            inner = value[i + 2 : j - 1]
-            name, sep, default = inner.partition(":-")
-            if not _VAR_NAME_RE.fullmatch(name):
-                raise _Bad(
-                    f"bad variable reference '${{{inner}}}'; write ${{NAME}} or ${{NAME:-default}}"
-                )
-            found = _lookup(name, paths, env, depth, active, expanded_paths)
-            if not found and sep:
-                found = _expand(default, paths, env, depth + 1, active, expanded_paths)
-            if found is None:
-                raise _Bad(
-                    f"undefined variable ${name}; define it in [PATHS] or the "
-                    f"environment, or write ${{{name}:-default}}"
-                )
-            out.append(found)
-            i = j
-            continue
-        m = _VAR_NAME_RE.match(value, i + 1)
-        if m is None:
-            out.append("$")
-            i += 1
-            continue
-        name = m.group(0)
-        found = _lookup(name, paths, env, depth, active, expanded_paths)
-        if found is None:
-            raise _Bad(
-                f"undefined variable ${name}; define it in [PATHS] or the environment, "
-                f"or write ${{{name}:-default}}"
-            )
-        out.append(found)
-        i = m.end()
-    return "".join(out)
-
-
 def _is_stage_section(section: str) -> bool:
     return section.startswith("stage-")
 
 
-def _check_section_names(raw: _Raw) -> None:
+def _check_section_names(raw: Ini) -> None:
     for sec in raw.sections:
         if sec in _KNOWN_SECTIONS or _is_stage_section(sec):
             continue
@@ -568,24 +342,10 @@ def _check_section_names(raw: _Raw) -> None:
             raise _error(f"unknown section; did you mean [{match[0]}]?", origin, name)
 
 
-def _expand_sections(raw: _Raw, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    paths = raw.sections.get("paths", {})
-    out: dict[str, dict[str, str]] = {}
-    for sec, opts in raw.sections.items():
-        # [PATHS] entries and other tools' sections are only checked where they are used.
-        strict = sec in ("database", "pepsi-dispatch") or _is_stage_section(sec)
-        expanded: dict[str, str] = {}
-        for key, value in opts.items():
-            try:
-                expanded[key] = _expand(value, paths, env)
-            except _Bad as exc:
-                if strict:
-                    raise _error(
-                        str(exc), raw.origins.get((sec, key)), raw.names.get(sec, sec), key, value
-                    ) from None
-                expanded[key] = value  # another tool's section: leave it to that tool
-        out[sec] = expanded
-    return out
+def _strict_section(section: str) -> bool:
+    """Values that must expand: ours. [PATHS] entries and other tools' sections are
+    only checked where they are used."""
+    return section in ("database", "pepsi-dispatch") or _is_stage_section(section)
 
 
 # --------------------------------------------------------------------------- building
@@ -781,12 +541,12 @@ def reread_config(config: Config) -> Config:
 
 
 def _load(file: Path | None) -> Config:
-    raw = _Raw()
-    if file is not None:
-        _read_file(file, raw)
-    _check_section_names(raw)
+    raw = Ini()
     env = os.environ
-    sections = _expand_sections(raw, env)
+    if file is not None:
+        read_file(file, raw, env)
+    _check_section_names(raw)
+    sections = expand_sections(raw, env, _strict_section)
     return Config(
         path=file,
         dsn=_build_dsn(sections, raw.origins, env),
@@ -807,29 +567,13 @@ def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -
     Raises:
         ConfigError: a bad row or a graph that does not parse, naming the database overlay.
     """
-    sections = {sec: dict(opts) for sec, opts in config.sections.items()}
-    origins = dict(config.origins)
-    names = {"stage-" + name.lower(): "stage-" + name for name in config.stages}
-    paths = sections.get("paths", {})
-    for section, option, value in rows:
-        sec_name = (section or "").strip()
-        sec = sec_name.lower()
-        if not _is_stage_section(sec):
-            continue
-        key = (option or "").strip().upper()
-        if not key:
-            raise _error("empty option name; delete the row", OVERLAY_ORIGIN, sec_name)
-        if value is None:
-            raise _error(
-                "value is NULL; set a value or delete the row", OVERLAY_ORIGIN, sec_name, key
-            )
-        try:
-            expanded = _expand(value.strip(), paths, os.environ, expanded_paths=True)
-        except _Bad as exc:
-            raise _error(str(exc), OVERLAY_ORIGIN, sec_name, key, value) from None
-        sections.setdefault(sec, {})[key] = expanded
-        names.setdefault(sec, sec_name)
-        origins[(sec, key)] = OVERLAY_ORIGIN
-        origins.setdefault((sec, ""), OVERLAY_ORIGIN)
-    stages = _build_stages(sections, names, origins)
-    return dataclasses.replace(config, stages=stages, sections=sections, origins=origins)
+    merged = Ini(
+        sections={sec: dict(opts) for sec, opts in config.sections.items()},
+        names={"stage-" + name.lower(): "stage-" + name for name in config.stages},
+        origins=dict(config.origins),
+    )
+    merge_rows(merged, rows, OVERLAY_ORIGIN, _is_stage_section, os.environ)
+    stages = _build_stages(merged.sections, merged.names, merged.origins)
+    return dataclasses.replace(
+        config, stages=stages, sections=merged.sections, origins=merged.origins
+    )

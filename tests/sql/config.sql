@@ -1,6 +1,6 @@
 -- pepsi.config, the database overlay, and its change trigger.
 -- (That a change really notifies 'config_changed' is observed from pytest,
--- tests/python/test_sql_notify.py: a notification is only sent at commit.)
+-- tests/python/integration/test_sql_notify.py: a notification is only sent at commit.)
 BEGIN;
 SELECT plan(9);
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLAIM = "pepsi.claim(bigint, text[], integer[], boolean)"
 CLAIM4 = "pepsi.claim(bigint, text[], integer[], boolean, bigint[])"  # 0007 on
 HEARTBEAT = "pepsi.heartbeat(bigint)"

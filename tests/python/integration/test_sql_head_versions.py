@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from test_sql_migrations import alembic, body_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VERSIONS = ROOT / "migrations" / "versions"
 FILE_RE = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.sql$")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DRIVER = ROOT / "tests" / "chaos" / "driver.py"
 SEED = 20261130
 SECONDS = 30

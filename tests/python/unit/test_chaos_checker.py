@@ -6,7 +6,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "chaos"))
 
 import checker  # noqa: E402
 

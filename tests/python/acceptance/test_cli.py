@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import pepsi_dispatch
 from pepsi_dispatch import __version__, cli, logsetup
 from pepsi_dispatch import config as cfg
 from pepsi_dispatch.errors import FatalError, UsageError
@@ -80,6 +81,9 @@ def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.SimpleNa
 
     module.serve = serve  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pepsi_dispatch.loop", module)
+    # `import pepsi_dispatch.loop as m` reads the package's attribute, which an
+    # earlier test's import of the real loop has set: replace it too.
+    monkeypatch.setattr(pepsi_dispatch, "loop", module, raising=False)
     import pepsi_dispatch.privileges as privileges
 
     monkeypatch.setattr(

@@ -696,7 +696,7 @@ def test_overlay_may_close_a_cycle(write: Write) -> None:
 
 def test_documented_example_parses(write: Write) -> None:
     """The example in docs/CONFIG.md is a valid configuration."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "CONFIG.md").read_text()
     example = doc.split("## Example", 1)[1].split("```ini\n", 1)[1].split("```", 1)[0]
     c = load_config(write(example))
     assert list(c.stages) == ["fetch", "resize", "upload"]

@@ -26,9 +26,9 @@ from pepsi_dispatch.dblink import LinkState
 from pepsi_dispatch.protocol import FAILED, OK, PROTOCOL_ERROR, parse_answer
 from pepsi_dispatch.stats import Stats
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DISPATCH = ROOT / ".venv" / "bin" / "pepsi-dispatch"
-WORKER = Path(__file__).resolve().parent / "basic_workers" / "basic_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "basic_workers" / "basic_worker.py"
 
 
 # ---------------------------------------------------------------- unit tests

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 PROGRAM = HERE / "sdk_scripted_worker.py"
 
 GRAPH = """
