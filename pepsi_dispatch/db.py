@@ -418,7 +418,7 @@ class Database:
     def release(self, dispatcher_id: int, ids: Sequence[int] | None) -> int:
         """``pepsi.release``: held rows (all when ``ids`` is None) back to pending."""
         n = self._scalar(
-            SQL_RELEASE, (dispatcher_id, None if ids is None else list(ids)), "release"
+            SQL_RELEASE, (dispatcher_id, None if ids is None else int_array(ids)), "release"
         )
         return int(n or 0)
 
@@ -483,7 +483,7 @@ class Database:
         assert work is not None
 
         def run() -> list[tuple[int, str]]:
-            rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, list(ids))).fetchall()
+            rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, int_array(ids))).fetchall()
             return [(r[0], r[1]) for r in rows]
 
         return with_retry(run, "check_answered")
@@ -498,7 +498,8 @@ class Database:
         """``pepsi.claim`` alone: (id, stage) of the rows claimed."""
         work = self.work
         assert work is not None
-        args = (dispatcher_id, list(stages), list(caps), self.competing, after_ids)
+        bounds = None if after_ids is None else int_array(after_ids)
+        args = (dispatcher_id, list(stages), int_array(caps), self.competing, bounds)
 
         def run() -> list[tuple[int, str]]:
             return [(r[0], r[1]) for r in work.execute(SQL_CLAIM, args).fetchall()]
@@ -527,6 +528,11 @@ class Database:
         """
         work = self.work
         assert work is not None
+        if claim is not None and not (errors or answered or requeue is not None):
+            # The claim alone (an idle dispatcher woken by an enqueue): one plain
+            # statement, one write, instead of a pipeline's Bind, Sync and Flush
+            # sent apart -- 0.37 ms less per wake measured (docs/OPERATIONS.md).
+            return IterationResult([], None, self.claim(dispatcher_id, *claim))
 
         def run() -> IterationResult:
             c_err = c_chk = c_req = c_claim = None
@@ -542,12 +548,19 @@ class Database:
                         ),
                     )
                 if answered:
-                    c_chk = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, list(answered)))
+                    c_chk = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, int_array(answered)))
                 if requeue is not None:
                     c_req = work.execute(SQL_REQUEUE_DUE, requeue)
                 if claim is not None:
                     c_claim = work.execute(
-                        SQL_CLAIM, (dispatcher_id, claim[0], claim[1], self.competing, claim[2])
+                        SQL_CLAIM,
+                        (
+                            dispatcher_id,
+                            claim[0],
+                            int_array(claim[1]),
+                            self.competing,
+                            None if claim[2] is None else int_array(claim[2]),
+                        ),
                     )
             retried: list[tuple[int, str, str, str]] = []
             if c_err is not None:
@@ -578,6 +591,16 @@ def _requeue(row: Any) -> Requeue:
 
 def _pairs(stages: Any, counts: Any) -> tuple[tuple[str, int], ...]:
     return tuple((s, int(n)) for s, n in zip(stages or (), counts or (), strict=True) if n)
+
+
+def int_array(values: Iterable[int | None]) -> str:
+    """A bigint[]/int[] parameter as its text literal ``{1,2,NULL}``: psycopg's list
+    dumper costs ~1.7 µs of CPU per element (110 µs for 64 ids, measured), the
+    join ~0.1 µs; every such parameter here is cast (``%s::bigint[]``)."""
+    vals = list(values)
+    if None in vals:
+        return "{" + ",".join("NULL" if v is None else str(int(v)) for v in vals) + "}"
+    return "{" + ",".join(map(str, map(int, vals))) + "}"
 
 
 def ids_text(ids: Iterable[int]) -> str:
