@@ -213,6 +213,26 @@ def _dispatch_stats(conn: psycopg.Connection) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+#: Is any row of the run not yet in a final state? Only the partial indexes of the
+#: unfinished states are read (pending by stage and id, running, paused), so the
+#: poll costs the same whatever the number of rows already done. (It was a
+#: count(*) over the id range: 46 ms per call at 20,000 rows, every 0.2 s, on
+#: the server being measured.)
+SQL_UNFINISHED = (
+    "SELECT EXISTS (SELECT 1 FROM pepsi.workqueue WHERE status = 'pending'"
+    "   AND stage = ANY(%(stages)s) AND workqueue_id BETWEEN %(first)s AND %(last)s)"
+    " OR EXISTS (SELECT 1 FROM pepsi.workqueue WHERE status = 'running'"
+    "   AND workqueue_id BETWEEN %(first)s AND %(last)s)"
+    " OR EXISTS (SELECT 1 FROM pepsi.workqueue WHERE status = 'paused'"
+    "   AND workqueue_id BETWEEN %(first)s AND %(last)s)"
+)
+
+
+def _unfinished(conn: psycopg.Connection, stages: list[str], first: int, last: int) -> bool:
+    row = conn.execute(SQL_UNFINISHED, {"stages": stages, "first": first, "last": last})
+    return bool(row.fetchone()[0])  # type: ignore[index]
+
+
 def throughput(
     dsn: str,
     worker: str,
@@ -261,16 +281,16 @@ def throughput(
             deadline = time.monotonic() + timeout
             while True:
                 time.sleep(0.2)
-                left = conn.execute(
-                    "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id BETWEEN %s AND %s"
-                    " AND status NOT IN ('done', 'failed', 'timeout', 'expired')",
-                    (first, last),
-                ).fetchone()[0]  # type: ignore[index]
-                if left == 0:
+                if not _unfinished(conn, stages, first, last):
                     break
                 if proc is not None and proc.poll() is not None:
                     raise SystemExit(f"bench: dispatcher died ({proc.returncode}); log {log}")
                 if time.monotonic() > deadline:
+                    left = conn.execute(
+                        "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id BETWEEN %s AND %s"
+                        " AND status NOT IN ('done', 'failed', 'timeout', 'expired')",
+                        (first, last),
+                    ).fetchone()[0]  # type: ignore[index]
                     raise SystemExit(f"bench: {left} messages left after {timeout} s")
             t_end, failed = conn.execute(
                 "SELECT max(updated_at), count(*) FILTER (WHERE status <> 'done')"

@@ -40,6 +40,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from .backoff import Backoff
+from .sqlarray import int_array
 
 log = logging.getLogger(__name__)
 
@@ -418,7 +419,7 @@ class Database:
     def release(self, dispatcher_id: int, ids: Sequence[int] | None) -> int:
         """``pepsi.release``: held rows (all when ``ids`` is None) back to pending."""
         n = self._scalar(
-            SQL_RELEASE, (dispatcher_id, None if ids is None else list(ids)), "release"
+            SQL_RELEASE, (dispatcher_id, None if ids is None else int_array(ids)), "release"
         )
         return int(n or 0)
 
@@ -483,7 +484,7 @@ class Database:
         assert work is not None
 
         def run() -> list[tuple[int, str]]:
-            rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, list(ids))).fetchall()
+            rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, int_array(ids))).fetchall()
             return [(r[0], r[1]) for r in rows]
 
         return with_retry(run, "check_answered")
@@ -498,12 +499,18 @@ class Database:
         """``pepsi.claim`` alone: (id, stage) of the rows claimed."""
         work = self.work
         assert work is not None
-        args = (dispatcher_id, list(stages), list(caps), self.competing, after_ids)
+        args = self._claim_args(dispatcher_id, stages, caps, after_ids)
 
         def run() -> list[tuple[int, str]]:
             return [(r[0], r[1]) for r in work.execute(SQL_CLAIM, args).fetchall()]
 
         return with_retry(run, "claim")
+
+    def _claim_args(
+        self, dispatcher_id: int, stages: Sequence[str], caps: Sequence[int], after_ids: Any
+    ) -> tuple[Any, ...]:
+        bounds = None if after_ids is None else int_array(after_ids)
+        return (dispatcher_id, list(stages), int_array(caps), self.competing, bounds)
 
     # -- the hot path ------------------------------------------------------------
     def iteration(
@@ -527,6 +534,11 @@ class Database:
         """
         work = self.work
         assert work is not None
+        if claim is not None and not (errors or answered or requeue is not None):
+            # The claim alone (an idle dispatcher woken by an enqueue): one plain
+            # statement, one write, instead of a pipeline's Bind, Sync and Flush
+            # sent apart -- 0.37 ms less per wake measured (docs/OPERATIONS.md).
+            return IterationResult([], None, self.claim(dispatcher_id, *claim))
 
         def run() -> IterationResult:
             c_err = c_chk = c_req = c_claim = None
@@ -542,13 +554,11 @@ class Database:
                         ),
                     )
                 if answered:
-                    c_chk = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, list(answered)))
+                    c_chk = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, int_array(answered)))
                 if requeue is not None:
                     c_req = work.execute(SQL_REQUEUE_DUE, requeue)
                 if claim is not None:
-                    c_claim = work.execute(
-                        SQL_CLAIM, (dispatcher_id, claim[0], claim[1], self.competing, claim[2])
-                    )
+                    c_claim = work.execute(SQL_CLAIM, self._claim_args(dispatcher_id, *claim))
             retried: list[tuple[int, str, str, str]] = []
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}

@@ -69,6 +69,10 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def observe_zeros(self, n: int) -> None:
+        """``n`` observations of 0 s (answers read in the same batch as the one before)."""
+        self.counts[bisect_left(self.bounds, 0.0)] += n
+
     def as_dict(self) -> dict[str, Any]:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum}
 
@@ -141,6 +145,19 @@ class Stats:
         runs = 1 + len(fused)
         self.stage_runs += runs
         self.total_stage_runs += runs
+
+    def succeeded_many(self, stage: str, first: float, n: int) -> None:
+        """``n`` answers ``0`` read together: the first took ``first`` seconds, the
+        rest 0 s (each one's time counts from the answer before it); the same
+        counts as ``n`` calls of :meth:`succeeded`."""
+        counters = self.stage(stage)
+        counters.processed += n
+        counters.seconds += first
+        self.served(stage, first)
+        if n > 1:
+            self.service[stage].observe_zeros(n - 1)
+        self.stage_runs += n
+        self.total_stage_runs += n
 
     def failed(self, stage: str, seconds: float) -> None:
         """A non-zero answer or a protocol error: the stage ran and the message failed."""

@@ -182,6 +182,9 @@ class Supervisor:
         pool = self.pool_of(w)
         debug = log.isEnabledFor(logging.DEBUG)
         inflight = w.inflight
+        if not debug and len(lines) <= len(inflight) and lines.count(b"0") == len(lines):
+            self._all_ok(w, len(lines), now)  # the hot path, batched
+            lines = []
         for line in lines:
             if not inflight:
                 log.warning(
@@ -211,6 +214,28 @@ class Supervisor:
             if not self._answer(w, pool, wid, line, seconds, now):
                 break
         self._answered(w, pool, now)
+
+    def _all_ok(self, w: Worker, n: int, now: float) -> None:
+        """The next ``n`` answers of ``w`` are all a bare ``0``: what the loop in
+        :meth:`_answers` does for each, once per batch (2-3x less CPU per
+        answer; docs/OPERATIONS.md). The first answer's service time counts
+        from the head's hand-out, the others' from it (0 s), as one by one."""
+        inflight = w.inflight
+        ids = [inflight.popleft() for _ in range(n)]
+        # An id still in ``inflight`` (or later in this batch) is a second copy,
+        # still ours: walk backwards, so ``later`` is what follows each id.
+        later = set(inflight)
+        let_go, answered, stage = self.ledger.let_go, self.ledger.answered, w.stage
+        for wid in reversed(ids):
+            let_go(wid, w, wid in later)
+            later.add(wid)
+        for wid in ids:
+            answered(wid, stage)
+        seconds = now - w.head_since
+        w.head_since = now
+        w.answered += n
+        self.failwatch.succeeded.add(stage)
+        self.stats.succeeded_many(stage, seconds, n)
 
     def _answered(self, w: Worker, pool: StagePool | None, now: float) -> None:
         """After a batch of answers: the stage works, a warm spare may be due,

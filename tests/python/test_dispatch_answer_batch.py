@@ -1,0 +1,66 @@
+"""The batched hot path of answer processing (Supervisor._all_ok, issue 9) does
+exactly what the line-by-line loop does: same ledger, same statistics. No
+database, no processes: the loop is driven on stand-ins, once with DEBUG on
+(which keeps the line-by-line path) and once without (the batched one)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+
+from pepsi_dispatch.failwatch import FailureWatch
+from pepsi_dispatch.ledger import Ledger
+from pepsi_dispatch.stats import Stats
+from pepsi_dispatch.supervisor import Supervisor
+
+
+def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
+    ledger = Ledger()
+    w = SimpleNamespace(
+        killed=False, reading=False, inflight=deque(ids), stage="a", pid=1,
+        head_since=10.0, answered=0,
+    )  # fmt: skip
+    ledger.hand(ids, w)
+    ledger.hand([ids[-1]], other)  # the last id was claimed again by another worker
+    sup = SimpleNamespace(
+        ledger=ledger,
+        stats=Stats(),
+        failwatch=FailureWatch(1.0, 0.0),
+        pool_of=lambda w: None,
+        _answered=lambda w, pool, now: None,
+    )
+    sup._all_ok = Supervisor._all_ok.__get__(sup)
+    logger = logging.getLogger("pepsi_dispatch.supervisor")
+    old = logger.level
+    logger.setLevel(logging.DEBUG if debug else logging.INFO)
+    try:
+        Supervisor._answers(sup, w, lines, 12.5)  # type: ignore[arg-type]
+    finally:
+        logger.setLevel(old)
+    c = sup.stats.stages["a"]
+    h = sup.stats.service["a"]
+    return (
+        dict(ledger.holder),
+        list(ledger.checks),
+        dict(ledger.check_stage),
+        list(w.inflight),
+        w.head_since,
+        w.answered,
+        (c.processed, c.failed, c.seconds),
+        (list(h.counts), h.sum),
+        (sup.stats.stage_runs, sup.stats.total_stage_runs),
+        set(sup.failwatch.succeeded),
+    )
+
+
+@pytest.mark.parametrize("n_answers", [1, 3, 5])
+def test_batched_zero_answers_match_one_by_one(n_answers: int) -> None:
+    # id 5 is in flight twice (the stage advanced it to itself): only the answer
+    # to its last copy lets go of it.
+    ids = [4, 5, 6, 5, 7, 8]
+    other = object()
+    lines = [b"0"] * n_answers
+    assert _run(False, ids, lines, other) == _run(True, ids, lines, other)
