@@ -80,9 +80,7 @@ SQL_TRY_LOCK_SHARED: Final = "SELECT pg_try_advisory_lock_shared(%s::bigint)"
 SQL_REGISTER: Final = "SELECT pepsi.register_dispatcher(%s::text, %s::int, %s::boolean)"
 SQL_HEARTBEAT: Final = "SELECT pepsi.heartbeat(%s::bigint)"
 SQL_HEARTBEAT_GAUGES: Final = "SELECT pepsi.heartbeat(%s::bigint, %s::jsonb)"
-SQL_REGISTERED: Final = (
-    "SELECT EXISTS (SELECT 1 FROM pepsi.dispatchers WHERE dispatcher_id = %s::bigint)"
-)
+SQL_REGISTERED: Final = "SELECT pepsi.dispatcher_registered(%s::bigint)"
 SQL_UNREGISTER: Final = "SELECT pepsi.unregister_dispatcher(%s::bigint)"
 SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%s::bigint, %s::boolean, make_interval(secs => %s::float8))"
@@ -128,17 +126,16 @@ SQL_LOCK_PIDS: Final = (
     " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1"
 )
 SQL_TERMINATE: Final = "SELECT pg_terminate_backend(%s::int)"
-SQL_OVERLAY: Final = "SELECT section, option, value FROM pepsi.config ORDER BY section, option"
-SQL_DISPATCHERS: Final = "SELECT * FROM pepsi.dispatchers"
+# The overlay rows the dispatcher applies: apply_overlay uses only [stage-*] ones.
+SQL_OVERLAY: Final = "SELECT section, option, value FROM pepsi.stage_config()"
+SQL_DISPATCHERS: Final = (
+    "SELECT dispatcher_id, hostname, pid, competing, started_at, heartbeat_age"
+    " FROM pepsi.queue_dispatchers()"
+)
 # After a reconnect: which rows does the database think we hold? (Rows whose
 # claim committed while its answer was lost with the connection are released.)
-SQL_HELD: Final = (
-    "SELECT workqueue_id FROM pepsi.workqueue WHERE status = 'running' AND dispatcher_id = %s"
-)
-
-SQL_STAGES_OF: Final = (
-    "SELECT workqueue_id, stage FROM pepsi.workqueue WHERE workqueue_id = ANY(%s::bigint[])"
-)
+SQL_HELD: Final = "SELECT workqueue_id FROM pepsi.held_ids(%s::bigint)"
+SQL_STAGES_OF: Final = "SELECT workqueue_id, stage FROM pepsi.stages_of(%s::bigint[])"
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +307,6 @@ class Database:
             assert self.work is not None
             with self.work.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(SQL_DISPATCHERS).fetchall()
-                now = cur.execute("SELECT now()").fetchone()["now"]  # type: ignore[index]
         except psycopg.Error:
             return "an unregistered dispatcher"
         if not rows:
@@ -326,9 +322,9 @@ class Database:
             started = r.get("started_at")
             if isinstance(started, datetime):
                 text += f" since {started.isoformat(timespec='seconds')}"
-            beat = r.get("heartbeat_at")
-            if isinstance(beat, datetime) and isinstance(now, datetime):
-                text += f", last heartbeat {(now - beat).total_seconds():.0f} s ago"
+            age = r.get("heartbeat_age")
+            if isinstance(age, timedelta):
+                text += f", last heartbeat {age.total_seconds():.0f} s ago"
             parts.append(text)
         return "; ".join(parts)
 
@@ -446,7 +442,8 @@ class Database:
         self._scalar(SQL_FLUSH_STATS, args, "flush_stats")
 
     def overlay(self) -> list[tuple[str, str, str]]:
-        """Rows of ``pepsi.config`` (the configuration overlay)."""
+        """The ``[stage-*]`` rows of ``pepsi.config`` (the configuration overlay),
+        through ``pepsi.stage_config``."""
         assert self.work is not None
         rows = self.work.execute(SQL_OVERLAY).fetchall()
         return [(str(s), str(o), str(v)) for s, o, v in rows]
