@@ -2,7 +2,7 @@
 
 Issue 7: the SQL functions are the only surface; the Python side reads no
 table of schema pepsi.  New functions, EXECUTE for pepsi_dispatcher only
-(revoked from PUBLIC, as in grants.v1.sql):
+(sql/schema/grants.v2.sql):
 
 * dispatcher_registered(dispatcher_id): is the registration still there
   (competing replicas, after a replica declared this one dead);
@@ -14,7 +14,16 @@ The configuration overlay is read through stage_config (0003: the [stage-*]
 rows, the only ones the dispatcher applies) and the "already served" message
 through queue_dispatchers (0009).
 
-Downgrade drops the three functions.
+Grants live in one versioned file from here on: grants.v2.sql is the complete
+set at this revision (what grants.v1.sql and the GRANT/REVOKE statements of
+0003..0012 had built, plus the new functions), run after the functions exist.
+It takes every privilege from PUBLIC and the pepsi roles and grants them
+again in the order the migrations did, so the ACLs of existing objects come
+out as 0013 left them.
+
+Downgrade drops the three functions; the grants of every other object are
+then exactly 0013's (grants.v1.sql cannot be run: it names signatures that
+0007..0010 replaced).
 
 Revision ID: 0014
 Revises: 0013
@@ -23,7 +32,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from migrations.sqlfiles import install
+from migrations.sqlfiles import install, run
 
 revision = "0014"
 down_revision = "0013"
@@ -38,15 +47,10 @@ NEW = [
 ]
 
 
-def _grant(signature: str, role: str) -> None:
-    op.execute(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
-    op.execute(f"GRANT EXECUTE ON FUNCTION {signature} TO {role}")
-
-
 def upgrade() -> None:
-    for name, signature in NEW:
+    for name, _signature in NEW:
         install(op, name, 1)
-        _grant(signature, "pepsi_dispatcher")
+    run(op, "grants", 2)
 
 
 def downgrade() -> None:
