@@ -234,29 +234,29 @@ class Pipeline:
             if not self.poisoned(exc):
                 raise
         out: list[tuple[int, str]] = []
-        for wid in answered:
+        for message_id in answered:
             try:
-                out.extend(self.db.check_answered(self.dispatcher_id, [wid]))
+                out.extend(self.db.check_answered(self.dispatcher_id, [message_id]))
             except psycopg.Error as exc:
                 if not self.poisoned(exc):
                     raise
-                self._fail_poisoned(wid, "checking its answer 0 failed", exc)
+                self._fail_poisoned(message_id, "checking its answer 0 failed", exc)
         return out
 
-    def _fail_poisoned(self, wid: int, what: str, exc: psycopg.Error) -> None:
+    def _fail_poisoned(self, message_id: int, what: str, exc: psycopg.Error) -> None:
         """Take a row whose write keeps failing out of the way: fail it with a
         short dispatch_error saying why (log ERROR). Raises on a lost connection."""
         reason = f"dispatch error: {what}: {one_line(exc)[:300]}"
-        log.error("message %d: %s; failing it", wid, reason.removeprefix("dispatch error: "))
+        log.error("message %d: %s; failing it", message_id, reason.removeprefix("dispatch error: "))
         try:
-            self.db.record_errors(self.dispatcher_id, [(wid, "failed", reason)])
+            self.db.record_errors(self.dispatcher_id, [(message_id, "failed", reason)])
         except psycopg.Error as again:
             if not self.poisoned(again):
                 raise
             log.error(
                 "message %d: cannot fail it either (%s); it stays running, held by this"
                 " dispatcher, until a restart resets it",
-                wid,
+                message_id,
                 one_line(again),
             )
 
@@ -308,11 +308,11 @@ class Pipeline:
         return (stages, retries, 10, self.dc.expiry if self.dc.expiry > 0 else None)
 
     def _after_iteration(self, result: IterationResult, now: float) -> None:
-        for wid, stage in result.left_running:
+        for message_id, stage in result.left_running:
             log.warning(
                 "stage %s answered 0 for message %d but left it running; failed it",
                 stage,
-                wid,
+                message_id,
             )
         if result.requeue is not None:
             self.requeued(result.requeue, now)

@@ -193,22 +193,24 @@ class Supervisor:
                 )
                 self.kill(w)
                 break
-            wid = inflight.popleft()
+            message_id = inflight.popleft()
             # (Still in ``inflight``: the stage let go of the row -- advanced it to
             # itself, or paused it and it was requeued -- and it was claimed and
             # handed to this same worker again. That second copy is still ours.)
-            self.ledger.let_go(wid, w, wid in inflight)
+            self.ledger.let_go(message_id, w, message_id in inflight)
             seconds = now - w.head_since
             w.head_since = now
             w.answered += 1
             if line == b"0":  # the hot path
-                self.ledger.answered(wid, w.stage)
+                self.ledger.answered(message_id, w.stage)
                 self.failwatch.succeeded.add(w.stage)
                 self.stats.succeeded(w.stage, seconds)
                 if debug:
-                    log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
+                    log.debug(
+                        "stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, message_id, seconds
+                    )
                 continue
-            if not self._answer(w, pool, wid, line, seconds, now):
+            if not self._answer(w, pool, message_id, line, seconds, now):
                 break
         self._answered(w, pool, now)
 
@@ -234,7 +236,13 @@ class Supervisor:
                     pool.recycled.add(w.pid)
 
     def _answer(
-        self, w: Worker, pool: StagePool | None, wid: int, line: bytes, seconds: float, now: float
+        self,
+        w: Worker,
+        pool: StagePool | None,
+        message_id: int,
+        line: bytes,
+        seconds: float,
+        now: float,
     ) -> bool:
         """One answer other than a bare ``0``; False if it ended the worker."""
         try:
@@ -245,26 +253,26 @@ class Supervisor:
         debug = log.isEnabledFor(logging.DEBUG)
         if answer.kind == OK:
             fused = self._fused_allowed(w, answer.fused)
-            self.ledger.answered(wid, fused[-1] if fused else w.stage)
+            self.ledger.answered(message_id, fused[-1] if fused else w.stage)
             self.failwatch.ok(w.stage)
             self.stats.succeeded(w.stage, seconds, fused)
             if debug:
-                log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
+                log.debug("stage %s pid %d: %d %s", w.stage, w.pid, message_id, answer.text)
             return True
         if answer.kind == FAILED:
-            self.ledger.failed(wid, "failed", answer.text)
+            self.ledger.failed(message_id, "failed", answer.text)
             self.failwatch.failed(w.stage, answer.text)
             self.stats.failed(w.stage, seconds)
             if debug:
-                log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
+                log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, message_id, answer.text)
             return True
-        self.ledger.failed(wid, "failed", f'protocol error: worker answered "{answer.text}"')
+        self.ledger.failed(message_id, "failed", f'protocol error: worker answered "{answer.text}"')
         self.stats.failed(w.stage, seconds)
         log.warning(
             "stage %s worker pid %d: protocol error on message %d: %r; stopping it",
             w.stage,
             w.pid,
-            wid,
+            message_id,
             answer.text[:200],
         )
         self.kill(w)
@@ -365,8 +373,8 @@ class Supervisor:
         """Hand claimed ids to workers, one write per worker; release what finds
         no place. ``spawn_now`` reads the clock for a spawn. Returns ids handed out."""
         by_stage: dict[str, list[int]] = {}
-        for wid, stage in claimed:
-            by_stage.setdefault(stage, []).append(wid)
+        for message_id, stage in claimed:
+            by_stage.setdefault(stage, []).append(message_id)
         debug = log.isEnabledFor(logging.DEBUG)
         handed = 0
         for stage, ids in by_stage.items():
