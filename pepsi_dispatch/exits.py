@@ -63,7 +63,7 @@ def settle_exit(
         and not cooled
         and not expected
         and not w.killed
-        and w.answered == 0
+        and w.answers_received == 0
         and not shutting_down
     ):
         pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")

@@ -184,10 +184,10 @@ class StagePool:
             return False
         if w.sent >= self.max_messages:
             return True
-        if w.answered < self.queue_limit or not w.first_given:
+        if w.answers_received < self.queue_limit or not w.first_given:
             return False  # too early to tell its rate
-        left = self.max_messages - w.answered
-        rate = w.answered / max(1e-3, now - w.first_given)
+        left = self.max_messages - w.answers_received
+        rate = w.answers_received / max(1e-3, now - w.first_given)
         return left <= rate * 2 * self.startup + self.queue_limit
 
     def forget(self, w: Worker) -> None:

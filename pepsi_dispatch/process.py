@@ -264,7 +264,7 @@ class Worker:
         #: ids handed to this worker in its life (for MAX_MESSAGES).
         self.sent = 0
         #: answers received in its life (a crash before any answer → cooldown).
-        self.answered = 0
+        self.answers_received = 0
         #: where it is in its life (see :class:`Life`); changed only by retire(),
         #: stop(), terminate() and kill().
         self.life = Life.RUNNING

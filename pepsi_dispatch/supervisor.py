@@ -200,7 +200,7 @@ class Supervisor:
             self.ledger.let_go(message_id, w, message_id in inflight)
             seconds = now - w.head_since
             w.head_since = now
-            w.answered += 1
+            w.answers_received += 1
             if line == b"0":  # the hot path
                 self.ledger.answered(message_id, w.stage)
                 self.failwatch.succeeded.add(w.stage)
@@ -276,7 +276,7 @@ class Supervisor:
             answer.text[:200],
         )
         self.kill(w)
-        if pool is not None and w.answered == 1:
+        if pool is not None and w.answers_received == 1:
             # Garbage as its very first answer (a banner on stdout, a wrong
             # PROGRAM): without a pause each replacement would fail the
             # next message at once.
