@@ -55,8 +55,8 @@ def settle_exit(
         )
     else:
         sup.ledger.release(ids)
-    where = str(sup.config.path or "none loaded")
-    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, where)
+    config_path = str(sup.config.path or "none loaded")
+    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, config_path)
     expected = w.stopping or shutting_down
     if (
         pool is not None
