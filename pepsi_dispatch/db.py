@@ -162,7 +162,7 @@ class IterationResult:
     requeue: Requeue | None
     claimed: list[tuple[int, str]]
     #: failures record_dispatch_error paused for an automatic retry instead of
-    #: failing: (id, stage, status, reason) of the ``errors`` entries it retried.
+    #: failing: (id, stage, status, reason) of the ``failures`` entries it retried.
     retried: list[tuple[int, str, str, str]] = field(default_factory=list)
 
 
@@ -460,15 +460,15 @@ class Database:
         return {int(r[0]): str(r[1]) for r in rows}
 
     # -- the parts of an iteration, one statement each (see Dispatcher._isolate) --
-    def record_errors(self, dispatcher_id: int, errors: Sequence[tuple[int, str, str]]) -> int:
+    def record_errors(self, dispatcher_id: int, failures: Sequence[tuple[int, str, str]]) -> int:
         """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
         n = self._scalar(
             SQL_RECORD_ERRORS,
             (
                 dispatcher_id,
-                [e[0] for e in errors],
-                [e[1] for e in errors],
-                [e[2] for e in errors],
+                [e[0] for e in failures],
+                [e[1] for e in failures],
+                [e[2] for e in failures],
             ),
             "record_dispatch_error",
         )
@@ -506,14 +506,14 @@ class Database:
     def iteration(
         self,
         dispatcher_id: int,
-        errors: Sequence[tuple[int, str, str]],
+        failures: Sequence[tuple[int, str, str]],
         answered: Sequence[int],
         requeue: tuple[list[str], list[int], int, float | None] | None,
         claim: tuple[list[str], list[int], list[int | None] | None] | None,
     ) -> IterationResult:
         """One loop iteration's writes, pipelined: all or nothing.
 
-        ``errors`` -- (id, status, reason) for ``pepsi.record_dispatch_error``;
+        ``failures`` -- (id, status, reason) for ``pepsi.record_dispatch_error``;
         ``answered`` -- ids answered ``0``, for ``pepsi.check_answered``;
         ``requeue`` -- arguments of ``pepsi.requeue_due`` or None;
         ``claim`` -- (stages, caps, after_ids) for ``pepsi.claim`` or None;
@@ -528,14 +528,14 @@ class Database:
         def run() -> IterationResult:
             c_err = c_chk = c_req = c_claim = None
             with work.pipeline():
-                if errors:
+                if failures:
                     c_err = work.execute(
                         SQL_RECORD_ERRORS,
                         (
                             dispatcher_id,
-                            [e[0] for e in errors],
-                            [e[1] for e in errors],
-                            [e[2] for e in errors],
+                            [e[0] for e in failures],
+                            [e[1] for e in failures],
+                            [e[2] for e in failures],
                         ),
                     )
                 if answered:
@@ -549,7 +549,7 @@ class Database:
             retried: list[tuple[int, str, str, str]] = []
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
-                retried = [(e[0], paused[e[0]], e[1], e[2]) for e in errors if e[0] in paused]
+                retried = [(e[0], paused[e[0]], e[1], e[2]) for e in failures if e[0] in paused]
             return IterationResult(
                 left_running=[(r[0], r[1]) for r in c_chk.fetchall()] if c_chk else [],
                 requeue=_requeue(c_req.fetchone()) if c_req else None,

@@ -183,7 +183,7 @@ class Pipeline:
         self,
         now: float,
         exc: psycopg.Error,
-        errors: list[tuple[int, str, str]],
+        failures: list[tuple[int, str, str]],
         answered: list[int],
         requeue: tuple[list[str], list[int], int, float | None] | None,
         claim: tuple[list[str], list[int], list[int | None] | None] | None,
@@ -198,8 +198,8 @@ class Pipeline:
         log.error("database round trip failed (%s); running its parts one by one", one_line(exc))
         result = IterationResult([], None, [])
         try:
-            if errors:
-                self._record_errors_alone(errors)
+            if failures:
+                self._record_errors_alone(failures)
             if answered:
                 result.left_running = self._check_answered_alone(answered)
             if requeue is not None:
@@ -212,14 +212,14 @@ class Pipeline:
         self.round_trips += 1
         return result
 
-    def _record_errors_alone(self, errors: list[tuple[int, str, str]]) -> None:
+    def _record_errors_alone(self, failures: list[tuple[int, str, str]]) -> None:
         try:
-            self.db.record_errors(self.dispatcher_id, errors)
+            self.db.record_errors(self.dispatcher_id, failures)
             return
         except psycopg.Error as exc:
             if not self.poisoned(exc):
                 raise
-        for e in errors:
+        for e in failures:
             try:
                 self.db.record_errors(self.dispatcher_id, [e])
             except psycopg.Error as exc:
