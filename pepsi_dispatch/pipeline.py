@@ -59,7 +59,7 @@ class Pipeline:
 
     def __init__(
         self,
-        dc: DispatchConfig,
+        dispatch_config: DispatchConfig,
         db: Database,
         link: DatabaseLink,
         ledger: Ledger,
@@ -67,7 +67,7 @@ class Pipeline:
         stats: Stats,
         clock: Callable[[], float],
     ) -> None:
-        self.dc = dc
+        self.dispatch_config = dispatch_config
         self.db = db
         self.link = link
         self.ledger = ledger
@@ -133,7 +133,7 @@ class Pipeline:
         """When pending statistics are next flushed (INF: none pending)."""
         if not self.stats.pending():
             return INF
-        t = self.last_flush + self.dc.stats_interval
+        t = self.last_flush + self.dispatch_config.stats_interval
         return min(t, self.last_flush + IDLE_FLUSH_MIN) if idle else t
 
     # == sending =================================================================
@@ -305,7 +305,12 @@ class Pipeline:
         retries = [pools[s].config.max_retries for s in stages]
         # Rows of stages no longer configured get the default cap (10).
         # EXPIRY = 0 means "never expire" (NULL), not "expire everything at once".
-        return (stages, retries, 10, self.dc.expiry if self.dc.expiry > 0 else None)
+        return (
+            stages,
+            retries,
+            10,
+            self.dispatch_config.expiry if self.dispatch_config.expiry > 0 else None,
+        )
 
     def _after_iteration(self, result: IterationResult, now: float) -> None:
         for message_id, stage in result.left_running:
@@ -381,7 +386,7 @@ class Pipeline:
         are cleared only after the flush went through (invariant 10)."""
         if not self.stats.pending():
             return
-        due = now - self.last_flush >= self.dc.stats_interval
+        due = now - self.last_flush >= self.dispatch_config.stats_interval
         if not due and now - self.last_flush >= IDLE_FLUSH_MIN:
             due = not self.workers.busy()
         if not (due or force):
@@ -423,7 +428,7 @@ class Pipeline:
         them is ours any more (a late write would be refused by the fencing
         token anyway, but the work itself must stop).
         """
-        if not self.dc.competing or self.db.registered(self.dispatcher_id):
+        if not self.dispatch_config.competing or self.db.registered(self.dispatcher_id):
             return
         n_workers = len(self.workers.all())
         held = self.workers.drop_all()

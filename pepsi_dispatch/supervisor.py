@@ -53,7 +53,7 @@ class Supervisor:
         self.config = config
         #: stages failing everything (ERROR once per STATS_INTERVAL).
         self.failwatch = failwatch
-        self.dc: DispatchConfig = config.dispatch
+        self.dispatch_config: DispatchConfig = config.dispatch
         self.sel = sel
         self.stats = stats
         self.ledger = ledger
@@ -332,10 +332,16 @@ class Supervisor:
             self.config.dsn,
             self.dispatcher_id,
             self.config.path,
-            pool.config.worker_dsn or self.dc.worker_dsn,
+            pool.config.worker_dsn or self.dispatch_config.worker_dsn,
         )
         try:
-            w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
+            w = Worker(
+                pool.name,
+                pool.config.program,
+                self.dispatch_config.config_file,
+                env,
+                pool.generation,
+            )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
@@ -411,7 +417,7 @@ class Supervisor:
     def stop(self, w: Worker, now: float, why: str) -> None:
         """Ask an idle worker to go: EOF on stdin (it exits 0)."""
         self.unwatch(w.stdin_fd)
-        w.stop(now + self.dc.shutdown_timeout, why)
+        w.stop(now + self.dispatch_config.shutdown_timeout, why)
         log.debug("stage %s worker pid %d: stopping (%s)", w.stage, w.pid, why)
 
     def kill(self, w: Worker) -> None:

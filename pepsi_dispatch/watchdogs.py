@@ -66,7 +66,7 @@ class Watchdogs:
             for pool in self.sup.pools.values():
                 if pool.cooldown_until:
                     rows.append(Watchdog(pool.cooldown_until, pool, partial(self._cooled, pool)))
-        max_runtime = self.sup.dc.max_runtime
+        max_runtime = self.sup.dispatch_config.max_runtime
         for w in self.sup.all():
             if w.killed:
                 rows.append(Watchdog(now + REAP_POLL, w, None))  # reap soon
@@ -88,7 +88,7 @@ class Watchdogs:
         if w.stopping and w.stop_deadline:
             rows.append(Watchdog(w.stop_deadline, w, partial(self._stop_overdue, w)))
         if not w.inflight and not w.stopping and not w.eof:
-            idle_at = w.idle_since + self.sup.dc.worker_idle_timeout
+            idle_at = w.idle_since + self.sup.dispatch_config.worker_idle_timeout
             rows.append(Watchdog(idle_at, w, partial(self.sup.stop, w, why="idle")))
 
     def next_deadline(self, now: float) -> float:
@@ -125,7 +125,7 @@ class Watchdogs:
             " of being started; killing it",
             w.stage,
             w.pid,
-            max(self.sup.dc.max_runtime, STARTUP_MIN),
+            max(self.sup.dispatch_config.max_runtime, STARTUP_MIN),
         )
         self.sup.kill(w)
         pool = self.sup.pool_of(w)
@@ -133,7 +133,7 @@ class Watchdogs:
             pool.start_cooldown(now, f"worker pid {w.pid} never started reading")
 
     def _timeout(self, w: Worker, now: float) -> None:
-        max_runtime = self.sup.dc.max_runtime
+        max_runtime = self.sup.dispatch_config.max_runtime
         head = w.inflight.popleft()
         self.sup.ledger.let_go(head, w, head in w.inflight)
         seconds = now - w.head_since
