@@ -19,7 +19,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from .pool import StagePool
-from .process import EX_TEMPFAIL, ExitKind, Worker, describe_exit
+from .process import EX_TEMPFAIL, ExitKind, WorkerProcess, describe_exit
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def settle_exit(
     sup: Supervisor,
-    w: Worker,
+    w: WorkerProcess,
     pool: StagePool | None,
     kind: ExitKind,
     rc: int,
@@ -70,7 +70,7 @@ def settle_exit(
 
 
 def log_exit(
-    w: Worker,
+    w: WorkerProcess,
     pool: StagePool | None,
     kind: ExitKind,
     rc: int,
@@ -116,7 +116,7 @@ def log_exit(
 
 
 def _no_stage(
-    w: Worker, pool: StagePool | None, rc: int, n: int, now: float, config_path: str
+    w: WorkerProcess, pool: StagePool | None, rc: int, n: int, now: float, config_path: str
 ) -> bool:
     """The worker did not find its stage in its configuration and touched
     nothing (worker SDK): no failure, the stage waits for a fixed config."""
@@ -140,7 +140,7 @@ def _no_stage(
 
 
 def _cool_down(
-    w: Worker,
+    w: WorkerProcess,
     pool: StagePool | None,
     kind: ExitKind,
     exit_text: str,

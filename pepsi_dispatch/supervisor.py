@@ -27,7 +27,7 @@ from .exits import settle_exit
 from .failwatch import FailureWatch
 from .ledger import Ledger
 from .pool import StagePool, worker_env
-from .process import Worker, classify_exit, reap_orphans
+from .process import WorkerProcess, classify_exit, reap_orphans
 from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
 from .stats import Stats
 from .watchdogs import Watchdogs
@@ -73,16 +73,16 @@ class Supervisor:
         self.watchdogs = Watchdogs(self)
 
     # == pools ===================================================================
-    def all(self) -> list[Worker]:
+    def all(self) -> list[WorkerProcess]:
         """Every worker, retiring ones and those of removed stages included."""
-        out: list[Worker] = []
+        out: list[WorkerProcess] = []
         for pool in self.pools.values():
             out.extend(pool.workers)
         for pool in self.leftover:
             out.extend(pool.workers)
         return out
 
-    def pool_of(self, w: Worker) -> StagePool | None:
+    def pool_of(self, w: WorkerProcess) -> StagePool | None:
         pool = self.pools.get(w.stage)
         if pool is not None and w in pool.workers:
             return pool
@@ -138,13 +138,13 @@ class Supervisor:
         except (KeyError, ValueError):
             pass
 
-    def _unwatch_all(self, w: Worker) -> None:
+    def _unwatch_all(self, w: WorkerProcess) -> None:
         self.unwatch(w.stdout_fd)
         self.unwatch(w.stderr_fd)
         self.unwatch(w.stdin_fd)
 
     # == answer intake ===========================================================
-    def on_event(self, kind: str, w: Worker, now: float) -> None:
+    def on_event(self, kind: str, w: WorkerProcess, now: float) -> None:
         """One worker's pipe is ready. Whatever goes wrong handling it ends that
         worker (its ids are settled when it is reaped), never the dispatcher."""
         try:
@@ -164,7 +164,7 @@ class Supervisor:
             if not w.killed:
                 self.kill(w)
 
-    def _on_stdout(self, w: Worker, now: float) -> None:
+    def _on_stdout(self, w: WorkerProcess, now: float) -> None:
         lines = w.read_answers()
         if lines is None:
             self.unwatch(w.stdout_fd)
@@ -174,7 +174,7 @@ class Supervisor:
         if lines:
             self._answers(w, lines, now)
 
-    def _answers(self, w: Worker, lines: list[bytes], now: float) -> None:
+    def _answers(self, w: WorkerProcess, lines: list[bytes], now: float) -> None:
         """Process answer lines of ``w`` in order (docs/PROTOCOL.md)."""
         if w.killed:
             return  # its in-flight list is being torn down; answers no longer map to ids
@@ -214,7 +214,7 @@ class Supervisor:
                 break
         self._answered(w, pool, now)
 
-    def _answered(self, w: Worker, pool: StagePool | None, now: float) -> None:
+    def _answered(self, w: WorkerProcess, pool: StagePool | None, now: float) -> None:
         """After a batch of answers: the stage works, a warm spare may be due,
         room may have freed, and a drained worker may go."""
         if pool is not None and not w.killed:
@@ -237,7 +237,7 @@ class Supervisor:
 
     def _answer(
         self,
-        w: Worker,
+        w: WorkerProcess,
         pool: StagePool | None,
         message_id: int,
         line: bytes,
@@ -283,7 +283,7 @@ class Supervisor:
             pool.start_cooldown(now, f"worker pid {w.pid}'s first answer was garbage")
         return False
 
-    def _fused_allowed(self, w: Worker, fused: tuple[str, ...]) -> tuple[str, ...]:
+    def _fused_allowed(self, w: WorkerProcess, fused: tuple[str, ...]) -> tuple[str, ...]:
         """The stages of ``0 fused=...`` if the graph allows them, else none.
 
         Each name must be a configured stage that NEXT of the one before it
@@ -311,7 +311,7 @@ class Supervisor:
             prev = name
         return fused
 
-    def _on_stderr(self, w: Worker) -> None:
+    def _on_stderr(self, w: WorkerProcess) -> None:
         lines = w.read_stderr()
         if lines is None:
             self.unwatch(w.stderr_fd)
@@ -323,7 +323,7 @@ class Supervisor:
             log.info("[%s %d] %s", w.stage, w.pid, line)
 
     # == spawning and placing ====================================================
-    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> Worker | None:
+    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> WorkerProcess | None:
         """A new worker for ``pool`` (None: it cannot start; the stage cools down).
         A ``spare`` is started warm for a worker nearing MAX_MESSAGES."""
         env = worker_env(
@@ -335,7 +335,7 @@ class Supervisor:
             pool.config.worker_dsn or self.dispatch_config.worker_dsn,
         )
         try:
-            w = Worker(
+            w = WorkerProcess(
                 pool.name,
                 pool.config.program,
                 self.dispatch_config.config_file,
@@ -368,7 +368,7 @@ class Supervisor:
         )
         return w
 
-    def _spawn_spare(self, pool: StagePool, old: Worker, now: float) -> None:
+    def _spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None:
         """Start ``old``'s replacement now, handed nothing until ``old`` drains."""
         pool.heirs.add(old.pid)
         self.spawn(pool, now, spare=True)
@@ -414,13 +414,13 @@ class Supervisor:
         return handed
 
     # == stopping ================================================================
-    def stop(self, w: Worker, now: float, why: str) -> None:
+    def stop(self, w: WorkerProcess, now: float, why: str) -> None:
         """Ask an idle worker to go: EOF on stdin (it exits 0)."""
         self.unwatch(w.stdin_fd)
         w.stop(now + self.dispatch_config.shutdown_timeout, why)
         log.debug("stage %s worker pid %d: stopping (%s)", w.stage, w.pid, why)
 
-    def kill(self, w: Worker) -> None:
+    def kill(self, w: WorkerProcess) -> None:
         """SIGKILL ``w``; its remaining ids are released once it is reaped."""
         w.kill()
         self.reap_all = True  # reap it in this very iteration if it is gone already
@@ -507,7 +507,7 @@ class Supervisor:
             if not worker_waiting:
                 return
 
-    def _finalize(self, w: Worker, rc: int, now: float) -> None:
+    def _finalize(self, w: WorkerProcess, rc: int, now: float) -> None:
         pool = self.pool_of(w)
         # Answers written before it exited may still sit in the pipe.
         if not w.killed and w.stdout_fd is not None:

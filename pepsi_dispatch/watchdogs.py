@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .pool import StagePool
-from .process import Worker
+from .process import WorkerProcess
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -30,7 +30,7 @@ EOF_GRACE = 2.0
 #: given it, else it is killed as hung in start-up. Never less than 30 s: a
 #: tight MAX_RUNTIME must not kill every worker of a slow-starting stage.
 STARTUP_MIN = 30.0
-#: How often a worker given ids is checked for its first read (Worker.has_read).
+#: How often a worker given ids is checked for its first read (WorkerProcess.has_read).
 READ_POLL = 0.02
 #: How soon a killed worker is looked for again (it is gone in milliseconds).
 REAP_POLL = 0.01
@@ -80,7 +80,7 @@ class Watchdogs:
                 self._worker_rows(w, max_runtime, rows)
         return rows
 
-    def _worker_rows(self, w: Worker, max_runtime: float, rows: list[Watchdog]) -> None:
+    def _worker_rows(self, w: WorkerProcess, max_runtime: float, rows: list[Watchdog]) -> None:
         if w.inflight:
             rows.append(Watchdog(w.head_since + max_runtime, w, partial(self._timeout, w)))
         if w.eof:
@@ -109,7 +109,7 @@ class Watchdogs:
         for row in self.table(now):
             if row.action is None or now < row.deadline or id(row.owner) in acted:
                 continue
-            if isinstance(row.owner, Worker) and row.owner.killed:
+            if isinstance(row.owner, WorkerProcess) and row.owner.killed:
                 continue
             acted.add(id(row.owner))
             row.action(now)
@@ -119,7 +119,7 @@ class Watchdogs:
         self.sup.ledger.want_claim()
         log.info("stage %s: cooldown over, starting workers again", pool.name)
 
-    def _hung(self, w: Worker, now: float) -> None:
+    def _hung(self, w: WorkerProcess, now: float) -> None:
         log.warning(
             "stage %s worker pid %d read none of its input within %g s"
             " of being started; killing it",
@@ -132,7 +132,7 @@ class Watchdogs:
         if pool is not None:
             pool.start_cooldown(now, f"worker pid {w.pid} never started reading")
 
-    def _timeout(self, w: Worker, now: float) -> None:
+    def _timeout(self, w: WorkerProcess, now: float) -> None:
         max_runtime = self.sup.dispatch_config.max_runtime
         head = w.inflight.popleft()
         self.sup.ledger.let_go(head, w, head in w.inflight)
@@ -150,13 +150,13 @@ class Watchdogs:
         )
         self.sup.kill(w)
 
-    def _eof_no_exit(self, w: Worker, now: float) -> None:
+    def _eof_no_exit(self, w: WorkerProcess, now: float) -> None:
         log.warning(
             "stage %s worker pid %d closed stdout but did not exit; killing it", w.stage, w.pid
         )
         self.sup.kill(w)
 
-    def _stop_overdue(self, w: Worker, now: float) -> None:
+    def _stop_overdue(self, w: WorkerProcess, now: float) -> None:
         log.warning(
             "stage %s worker pid %d did not exit within SHUTDOWN_TIMEOUT; killing it",
             w.stage,
