@@ -147,7 +147,13 @@ def test_0014_downgrade_restores_0013_exactly(empty_dsn: str) -> None:
         alembic(empty_dsn, "upgrade", "0014")
         after = snapshot(conn)
         new = {"dispatcher_registered", "held_ids", "stages_of"}
-        assert {f for f in after["functions"] if f[0] not in new} == set(before["functions"])
+        changed = {"dashboard_snapshot", "queue_dispatchers"}  # v2, grants as before
+        assert {f for f in after["functions"] if f[0] not in new | changed} == {
+            f for f in before["functions"] if f[0] not in changed
+        }
+        for name in changed:
+            acls = [{f[-1] for f in snap["functions"] if f[0] == name} for snap in (before, after)]
+            assert acls[0] == acls[1] and len(acls[0]) == 1, name
         assert {k: v for k, v in after.items() if k != "functions"} == {
             k: v for k, v in before.items() if k != "functions"
         }, "grants.v2.sql changes no ACL that 0013 had"
