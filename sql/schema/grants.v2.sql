@@ -10,7 +10,8 @@
 -- role may do, so running it again, or on a database whose grants drifted,
 -- leaves exactly this set.  The roles are listed per statement in the order
 -- the migrations granted them, so a database migrated through 0013 keeps its
--- ACLs as they were (0014's downgrade only drops its three new functions).
+-- ACLs as they were (0014's downgrade installs the v1 of the functions it
+-- replaced, runs this file again and drops its new functions: 0013's ACLs).
 -- Other roles (a DBA's own grants to a login or monitoring role) are left as
 -- they are.  Tables are private: no role but the owner writes them; everything
 -- goes through SECURITY DEFINER functions with a pinned search_path.
