@@ -23,7 +23,7 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
     the database, the schema is missing or the overlay is bad; FatalError
     (exit 1) on other database errors.
     """
-    dispatch_config = config.dispatch
+    dc = config.dispatch
     try:
         db.connect()
     except psycopg.Error as exc:
@@ -31,13 +31,13 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
     try:
         if not db.try_lock():
             holders = db.lock_holders()
-            mode = "competing " if dispatch_config.competing else ""
+            mode = "competing " if dc.competing else ""
             raise UsageError(
                 f"another dispatcher already serves this database ({holders}); "
                 f"this {mode}dispatcher refuses to start"
                 + (
                     " (a single dispatcher and competing replicas cannot be mixed)"
-                    if dispatch_config.competing
+                    if dc.competing
                     else ""
                 )
             )
@@ -46,7 +46,7 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
         dispatcher_id = db.register()
         # LISTEN before the first claim: nothing enqueued after this is missed.
         db.start_listening()
-        n = db.reset_orphans(dispatcher_id, dispatch_config.orphan_timeout)
+        n = db.reset_orphans(dispatcher_id, dc.orphan_timeout)
         db.register_stages(dispatcher_id, config.stages.values())
     except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
         raise UsageError(
@@ -62,24 +62,21 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
 
 
 def _warn_about(config: Config) -> None:
-    dispatch_config = config.dispatch
-    if (
-        dispatch_config.competing
-        and dispatch_config.shutdown_timeout >= dispatch_config.orphan_timeout
-    ):
+    dc = config.dispatch
+    if dc.competing and dc.shutdown_timeout >= dc.orphan_timeout:
         log.warning(
             "SHUTDOWN_TIMEOUT (%g s) >= ORPHAN_TIMEOUT (%g s): should this replica's"
             " heartbeat stall while it stops (database trouble), other replicas reset"
             " and run again rows its workers are still finishing; keep SHUTDOWN_TIMEOUT"
             " below ORPHAN_TIMEOUT",
-            dispatch_config.shutdown_timeout,
-            dispatch_config.orphan_timeout,
+            dc.shutdown_timeout,
+            dc.orphan_timeout,
         )
-    if dispatch_config.db_pool_size < 2:
+    if dc.db_pool_size < 2:
         log.warning(
             "DB_POOL_SIZE = %d, but the dispatcher needs its 2 connections"
             " (LISTEN + work); using 2",
-            dispatch_config.db_pool_size,
+            dc.db_pool_size,
         )
 
 
