@@ -9,6 +9,11 @@ and its downgrade installs the previous version again.  A function file is
 never edited once a migration has installed it; a change is a new file
 NAME.v(N+1).sql plus a migration.
 
+Grants are not pasted into migrations (0003..0012 did; from 0014 on they do
+not): sql/schema/grants.vN.sql is the complete, idempotent set at head, and a
+migration that adds or re-creates a function writes grants.v(N+1).sql and
+runs it after the functions exist; its downgrade runs grants.vN again.
+
 The text goes to psycopg unchanged (no SQLAlchemy bind-parameter parsing,
 no %-placeholders), inside alembic's migration transaction.
 """

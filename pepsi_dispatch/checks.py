@@ -44,6 +44,11 @@ DISPATCHER_FUNCTIONS = (
     "flush_stats",
     "purge_done",
     "stage_config",
+    "register_stages",
+    "dispatcher_registered",
+    "held_ids",
+    "stages_of",
+    "queue_dispatchers",
 )
 STAGE_FUNCTIONS = (
     "get_message",

@@ -81,9 +81,7 @@ SQL_TRY_LOCK_SHARED: Final = "SELECT pg_try_advisory_lock_shared(%s::bigint)"
 SQL_REGISTER: Final = "SELECT pepsi.register_dispatcher(%s::text, %s::int, %s::boolean)"
 SQL_HEARTBEAT: Final = "SELECT pepsi.heartbeat(%s::bigint)"
 SQL_HEARTBEAT_GAUGES: Final = "SELECT pepsi.heartbeat(%s::bigint, %s::jsonb)"
-SQL_REGISTERED: Final = (
-    "SELECT EXISTS (SELECT 1 FROM pepsi.dispatchers WHERE dispatcher_id = %s::bigint)"
-)
+SQL_REGISTERED: Final = "SELECT pepsi.dispatcher_registered(%s::bigint)"
 SQL_UNREGISTER: Final = "SELECT pepsi.unregister_dispatcher(%s::bigint)"
 SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%s::bigint, %s::boolean, make_interval(secs => %s::float8))"
@@ -129,17 +127,16 @@ SQL_LOCK_PIDS: Final = (
     " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1"
 )
 SQL_TERMINATE: Final = "SELECT pg_terminate_backend(%s::int)"
-SQL_OVERLAY: Final = "SELECT section, option, value FROM pepsi.config ORDER BY section, option"
-SQL_DISPATCHERS: Final = "SELECT * FROM pepsi.dispatchers"
+# The overlay rows the dispatcher applies: apply_overlay uses only [stage-*] ones.
+SQL_OVERLAY: Final = "SELECT section, option, value FROM pepsi.stage_config()"
+SQL_DISPATCHERS: Final = (
+    "SELECT dispatcher_id, hostname, pid, competing, started_at, heartbeat_age"
+    " FROM pepsi.queue_dispatchers()"
+)
 # After a reconnect: which rows does the database think we hold? (Rows whose
 # claim committed while its answer was lost with the connection are released.)
-SQL_HELD: Final = (
-    "SELECT workqueue_id FROM pepsi.workqueue WHERE status = 'running' AND dispatcher_id = %s"
-)
-
-SQL_STAGES_OF: Final = (
-    "SELECT workqueue_id, stage FROM pepsi.workqueue WHERE workqueue_id = ANY(%s::bigint[])"
-)
+SQL_HELD: Final = "SELECT workqueue_id FROM pepsi.held_ids(%s::bigint)"
+SQL_STAGES_OF: Final = "SELECT workqueue_id, stage FROM pepsi.stages_of(%s::bigint[])"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +163,7 @@ class IterationResult:
     requeue: Requeue | None
     claimed: list[tuple[int, str]]
     #: failures record_dispatch_error paused for an automatic retry instead of
-    #: failing: (id, stage, status, reason) of the ``errors`` entries it retried.
+    #: failing: (id, stage, status, reason) of the ``failures`` entries it retried.
     retried: list[tuple[int, str, str, str]] = field(default_factory=list)
 
 
@@ -311,7 +308,6 @@ class Database:
             assert self.work is not None
             with self.work.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(SQL_DISPATCHERS).fetchall()
-                now = cur.execute("SELECT now()").fetchone()["now"]  # type: ignore[index]
         except psycopg.Error:
             return "an unregistered dispatcher"
         if not rows:
@@ -327,9 +323,9 @@ class Database:
             started = r.get("started_at")
             if isinstance(started, datetime):
                 text += f" since {started.isoformat(timespec='seconds')}"
-            beat = r.get("heartbeat_at")
-            if isinstance(beat, datetime) and isinstance(now, datetime):
-                text += f", last heartbeat {(now - beat).total_seconds():.0f} s ago"
+            age = r.get("heartbeat_age")
+            if isinstance(age, timedelta):
+                text += f", last heartbeat {age.total_seconds():.0f} s ago"
             parts.append(text)
         return "; ".join(parts)
 
@@ -447,7 +443,8 @@ class Database:
         self._scalar(SQL_FLUSH_STATS, args, "flush_stats")
 
     def overlay(self) -> list[tuple[str, str, str]]:
-        """Rows of ``pepsi.config`` (the configuration overlay)."""
+        """The ``[stage-*]`` rows of ``pepsi.config`` (the configuration overlay),
+        through ``pepsi.stage_config``."""
         assert self.work is not None
         rows = self.work.execute(SQL_OVERLAY).fetchall()
         return [(str(s), str(o), str(v)) for s, o, v in rows]
@@ -464,15 +461,15 @@ class Database:
         return {int(r[0]): str(r[1]) for r in rows}
 
     # -- the parts of an iteration, one statement each (see Dispatcher._isolate) --
-    def record_errors(self, dispatcher_id: int, errors: Sequence[tuple[int, str, str]]) -> int:
+    def record_errors(self, dispatcher_id: int, failures: Sequence[tuple[int, str, str]]) -> int:
         """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
         n = self._scalar(
             SQL_RECORD_ERRORS,
             (
                 dispatcher_id,
-                [e[0] for e in errors],
-                [e[1] for e in errors],
-                [e[2] for e in errors],
+                [e[0] for e in failures],
+                [e[1] for e in failures],
+                [e[2] for e in failures],
             ),
             "record_dispatch_error",
         )
@@ -516,14 +513,14 @@ class Database:
     def iteration(
         self,
         dispatcher_id: int,
-        errors: Sequence[tuple[int, str, str]],
+        failures: Sequence[tuple[int, str, str]],
         answered: Sequence[int],
         requeue: tuple[list[str], list[int], int, float | None] | None,
         claim: tuple[list[str], list[int], list[int | None] | None] | None,
     ) -> IterationResult:
         """One loop iteration's writes, pipelined: all or nothing.
 
-        ``errors`` -- (id, status, reason) for ``pepsi.record_dispatch_error``;
+        ``failures`` -- (id, status, reason) for ``pepsi.record_dispatch_error``;
         ``answered`` -- ids answered ``0``, for ``pepsi.check_answered``;
         ``requeue`` -- arguments of ``pepsi.requeue_due`` or None;
         ``claim`` -- (stages, caps, after_ids) for ``pepsi.claim`` or None;
@@ -534,7 +531,7 @@ class Database:
         """
         work = self.work
         assert work is not None
-        if claim is not None and not (errors or answered or requeue is not None):
+        if claim is not None and not (failures or answered or requeue is not None):
             # The claim alone (an idle dispatcher woken by an enqueue): one plain
             # statement, one write, instead of a pipeline's Bind, Sync and Flush
             # sent apart -- 0.37 ms less per wake measured (docs/OPERATIONS.md).
@@ -543,14 +540,14 @@ class Database:
         def run() -> IterationResult:
             c_err = c_chk = c_req = c_claim = None
             with work.pipeline():
-                if errors:
+                if failures:
                     c_err = work.execute(
                         SQL_RECORD_ERRORS,
                         (
                             dispatcher_id,
-                            [e[0] for e in errors],
-                            [e[1] for e in errors],
-                            [e[2] for e in errors],
+                            [e[0] for e in failures],
+                            [e[1] for e in failures],
+                            [e[2] for e in failures],
                         ),
                     )
                 if answered:
@@ -562,7 +559,7 @@ class Database:
             retried: list[tuple[int, str, str, str]] = []
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
-                retried = [(e[0], paused[e[0]], e[1], e[2]) for e in errors if e[0] in paused]
+                retried = [(e[0], paused[e[0]], e[1], e[2]) for e in failures if e[0] in paused]
             return IterationResult(
                 left_running=[(r[0], r[1]) for r in c_chk.fetchall()] if c_chk else [],
                 requeue=_requeue(c_req.fetchone()) if c_req else None,

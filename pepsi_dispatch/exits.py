@@ -19,7 +19,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from .pool import StagePool
-from .process import EX_TEMPFAIL, ExitKind, Worker, describe_exit
+from .process import EX_TEMPFAIL, ExitKind, WorkerProcess, describe_exit
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def settle_exit(
     sup: Supervisor,
-    w: Worker,
+    w: WorkerProcess,
     pool: StagePool | None,
     kind: ExitKind,
     rc: int,
@@ -55,22 +55,22 @@ def settle_exit(
         )
     else:
         sup.ledger.release(ids)
-    where = str(sup.config.path or "none loaded")
-    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, where)
+    config_path = str(sup.config.path or "none loaded")
+    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, config_path)
     expected = w.stopping or shutting_down
     if (
         pool is not None
         and not cooled
         and not expected
         and not w.killed
-        and w.answered == 0
+        and w.answers_received == 0
         and not shutting_down
     ):
         pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
 
 
 def log_exit(
-    w: Worker,
+    w: WorkerProcess,
     pool: StagePool | None,
     kind: ExitKind,
     rc: int,
@@ -116,7 +116,7 @@ def log_exit(
 
 
 def _no_stage(
-    w: Worker, pool: StagePool | None, rc: int, n: int, now: float, config_path: str
+    w: WorkerProcess, pool: StagePool | None, rc: int, n: int, now: float, config_path: str
 ) -> bool:
     """The worker did not find its stage in its configuration and touched
     nothing (worker SDK): no failure, the stage waits for a fixed config."""
@@ -140,7 +140,7 @@ def _no_stage(
 
 
 def _cool_down(
-    w: Worker,
+    w: WorkerProcess,
     pool: StagePool | None,
     kind: ExitKind,
     exit_text: str,

@@ -5,7 +5,7 @@ worker, an answer read, a worker reaped, a claim returned) and asks it what
 to send (the owed writes of the next pipeline, the claim's floors). It is the
 one place that enforces **an id is never in two workers**:
 
-- an id handed out is held by exactly one worker handle (``holder``); a
+- an id handed out is held by exactly one worker handle (``holder_of``); a
   newer hand-out replaces the older holder, whose late answer then leaves
   the id alone;
 - a write owed about an id that is held again (the stage advanced the row,
@@ -50,7 +50,7 @@ class Ledger:
         #: floors are never used by a competing replica (docs/INTERNALS.md).
         self.competing = competing
         #: id -> the worker handle that has it in flight.
-        self.holder: dict[int, Any] = {}
+        self.holder_of: dict[int, Any] = {}
         #: owed failure writes (record_dispatch_error).
         self.failures: list[Failure] = []
         #: ids answered ``0``/OK whose answer check is owed.
@@ -71,23 +71,23 @@ class Ledger:
         """``ids`` were given to ``w``. An id may still sit unanswered at its
         previous stage's worker (that stage committed the advance): ``w`` owns
         it now. It may be ``w`` itself: then ``w`` holds it twice."""
-        holder = self.holder
+        holder_of = self.holder_of
         for i in ids:
-            holder[i] = w
+            holder_of[i] = w
 
     def let_go(self, i: int, w: Any, still_in_w: bool) -> None:
         """``w`` answered (or timed out on) one copy of ``i``. The id stays held
         while ``w`` still has another copy of it (``still_in_w``)."""
-        if self.holder.get(i) is w and not still_in_w:
-            del self.holder[i]
+        if self.holder_of.get(i) is w and not still_in_w:
+            del self.holder_of[i]
 
     def holding(self) -> int:
         """How many ids are in flight (the ``inflight_ids`` gauge)."""
-        return len(self.holder)
+        return len(self.holder_of)
 
     def held(self, i: int) -> bool:
         """Is ``i`` in flight in some worker?"""
-        return i in self.holder
+        return i in self.holder_of
 
     # -- answers and failures --------------------------------------------------
     def answered(self, i: int, stage: str) -> None:
@@ -116,19 +116,19 @@ class Ledger:
         claim superseded it. Left in place, it would make :meth:`owed` drop the
         release, and the old answer's check would then fail the row, which our
         claim holds with no worker ('answered 0 but left it running')."""
-        holder = self.holder
+        holder_of = self.holder_of
         for i in ids:
-            holder.pop(i, None)
+            holder_of.pop(i, None)
             self.releases.append(i)
 
     def reaped(self, w: Any, unanswered: list[int], undelivered: list[int]) -> None:
         """``w`` is dead and reaped: it no longer holds anything. Its undelivered
         ids (never written, EPIPE) are released; the unanswered ones are settled
         by the caller as the exit classification says."""
-        holder = self.holder
+        holder_of = self.holder_of
         for i in unanswered + undelivered:
-            if holder.get(i) is w:
-                del holder[i]
+            if holder_of.get(i) is w:
+                del holder_of[i]
         self.releases.extend(undelivered)
 
     # -- the pipeline ------------------------------------------------------------
@@ -141,18 +141,18 @@ class Ledger:
         timeout asks this; dropping must wait until the wake that sends, whose
         events may first have let go of an id).
         """
-        holder = self.holder
+        holder_of = self.holder_of
         if peek:
             return OwedWrites(
-                [i for i in self.releases if i not in holder],
-                [e for e in self.failures if e[0] not in holder],
-                [i for i in self.checks if i not in holder],
+                [i for i in self.releases if i not in holder_of],
+                [e for e in self.failures if e[0] not in holder_of],
+                [i for i in self.checks if i not in holder_of],
             )
         self.lower_floors(OwedWrites(self.releases, self.failures, self.checks))
-        if holder and (self.failures or self.checks or self.releases):
-            self.failures = [e for e in self.failures if e[0] not in holder]
-            self.checks = [i for i in self.checks if i not in holder]
-            self.releases = [i for i in self.releases if i not in holder]
+        if holder_of and (self.failures or self.checks or self.releases):
+            self.failures = [e for e in self.failures if e[0] not in holder_of]
+            self.checks = [i for i in self.checks if i not in holder_of]
+            self.releases = [i for i in self.releases if i not in holder_of]
         return OwedWrites(list(self.releases), list(self.failures), list(self.checks))
 
     def released(self) -> None:
@@ -172,7 +172,7 @@ class Ledger:
 
     def drop_all(self) -> None:
         """Declared dead by another replica: our rows were reset; forget everything."""
-        self.holder.clear()
+        self.holder_of.clear()
         self.failures, self.checks, self.releases = [], [], []
         self.check_stage.clear()
         self.rescan()
@@ -188,7 +188,7 @@ class Ledger:
         """
         held = held_in_db - set(self.releases)
         owed = {e[0] for e in self.failures}
-        owed.update(self.holder)
+        owed.update(self.holder_of)
         if check_stage_now is not None:
             moved = {
                 i
@@ -207,7 +207,7 @@ class Ledger:
         must be looked up before :meth:`strays` decides."""
         held = held_in_db - set(self.releases)
         owed = {e[0] for e in self.failures}
-        owed.update(self.holder)
+        owed.update(self.holder_of)
         return (held & set(self.checks)) - owed
 
     # -- claims and floors -------------------------------------------------------

@@ -76,8 +76,8 @@ class Dispatcher:
         #: reconnect re-applies only the overlay to it, never re-reading the file
         #: (as SERVICE_USER, maybe half edited).
         self.file_config = config
-        self.dc = config.dispatch
-        self.db = db if db is not None else Database(config.dsn, self.dc.competing)
+        self.dispatch_config = dispatch_config = config.dispatch
+        self.db = db if db is not None else Database(config.dsn, dispatch_config.competing)
         self.sel = selectors.DefaultSelector()
         #: the connections' state machine: pepsi_dispatch/dblink.py.
         self.link = DatabaseLink(self.db, self.sel)
@@ -85,9 +85,9 @@ class Dispatcher:
         self.dispatcher_id = 0
         #: who holds which id, the writes owed about ids (kept until the
         #: pipeline carrying them succeeds), the claim floors: pepsi_dispatch/ledger.py.
-        self.ledger = Ledger(self.dc.competing)
+        self.ledger = Ledger(self.dispatch_config.competing)
         #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
-        self.failwatch = FailureWatch(self.dc.stats_interval, clock())
+        self.failwatch = FailureWatch(self.dispatch_config.stats_interval, clock())
         self.watchdog = Watchdog()
         #: the workers: pepsi_dispatch/supervisor.py.
         self.workers = Supervisor(
@@ -101,7 +101,7 @@ class Dispatcher:
         )
         #: the database work of each wake: pepsi_dispatch/pipeline.py.
         self.pipeline = Pipeline(
-            self.dc, self.db, self.link, self.ledger, self.workers, self.stats, self.clock
+            dispatch_config, self.db, self.link, self.ledger, self.workers, self.stats, self.clock
         )
         # Flags and timers (monotonic seconds).
         self.next_heartbeat = 0.0
@@ -119,7 +119,7 @@ class Dispatcher:
         self.fatal: str | None = None
         #: signal handlers only set flags; their wakeup fd wakes the selector.
         self.signals = SelfPipe()
-        self.heartbeat_interval = _heartbeat_interval(self.dc)
+        self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
 
     # == start-up ================================================================
     def start(self) -> None:
@@ -138,7 +138,7 @@ class Dispatcher:
         log.info(
             "pepsi-dispatch started: dispatcher %d, %s mode, pid %d, config %s, stages: %s",
             self.dispatcher_id,
-            "competing" if self.dc.competing else "single",
+            "competing" if self.dispatch_config.competing else "single",
             os.getpid(),
             self.config.path or "built-in defaults",
             stages or "(none)",
@@ -307,14 +307,14 @@ class Dispatcher:
                 return
             if self.stages_unregistered:
                 self._register_stages(now)
-            if self.dc.competing:
-                n = self.db.reset_orphans(self.dispatcher_id, self.dc.orphan_timeout)
+            if self.dispatch_config.competing:
+                n = self.db.reset_orphans(self.dispatcher_id, self.dispatch_config.orphan_timeout)
                 if n:
                     log.info("reset %d orphaned running row(s) of dead replicas to pending", n)
-            if self.dc.retention > 0:
+            if self.dispatch_config.retention > 0:
                 purged = 0
                 for _ in range(PURGE_MAX_BATCHES):
-                    n = self.db.purge_done(self.dc.retention, PURGE_BATCH)
+                    n = self.db.purge_done(self.dispatch_config.retention, PURGE_BATCH)
                     purged += n
                     if n < PURGE_BATCH:
                         break
@@ -403,7 +403,7 @@ class Dispatcher:
             log.info("configuration reloaded: nothing changed, workers kept")
             return
         # [pepsi-dispatch] options are read once; only the stage table changes.
-        self.config = replace(new, dsn=self.config.dsn, dispatch=self.dc)
+        self.config = replace(new, dsn=self.config.dsn, dispatch=self.dispatch_config)
         self._register_stages(now)
         n = self.workers.retire_all(now)
         self.workers.build(self.config)
@@ -434,18 +434,18 @@ class Dispatcher:
             return
         self.shutting_down = True
         notify("STOPPING=1")
-        self.shutdown_deadline = now + self.dc.shutdown_timeout
+        self.shutdown_deadline = now + self.dispatch_config.shutdown_timeout
         log.info(
             "stopping: no more claims; SIGTERM to %d worker(s), SHUTDOWN_TIMEOUT %g s",
             len(self.workers.all()),
-            self.dc.shutdown_timeout,
+            self.dispatch_config.shutdown_timeout,
         )
         self.workers.terminate_all()
 
     def _finish_shutdown(self) -> int:
         """All workers are gone: settle owed writes, release held rows, flush, unregister."""
         self.pipeline.log_requeues(self.clock())
-        deadline = self.clock() + max(self.dc.shutdown_timeout, 1.0)
+        deadline = self.clock() + max(self.dispatch_config.shutdown_timeout, 1.0)
         while True:
             now = self.clock()
             if not self.link.wait_ready(now, deadline, self.clock, self._reconnect):
@@ -481,11 +481,11 @@ class Dispatcher:
         return 0
 
 
-def _heartbeat_interval(dc: DispatchConfig) -> float:
+def _heartbeat_interval(dispatch_config: DispatchConfig) -> float:
     """POLL_INTERVAL; competing, at most a third of ORPHAN_TIMEOUT; at least 50 ms."""
-    interval = dc.poll_interval
-    if dc.competing:
-        interval = min(interval, dc.orphan_timeout / 3)
+    interval = dispatch_config.poll_interval
+    if dispatch_config.competing:
+        interval = min(interval, dispatch_config.orphan_timeout / 3)
     return max(interval, 0.05)
 
 

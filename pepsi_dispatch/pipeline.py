@@ -59,7 +59,7 @@ class Pipeline:
 
     def __init__(
         self,
-        dc: DispatchConfig,
+        dispatch_config: DispatchConfig,
         db: Database,
         link: DatabaseLink,
         ledger: Ledger,
@@ -67,7 +67,7 @@ class Pipeline:
         stats: Stats,
         clock: Callable[[], float],
     ) -> None:
-        self.dc = dc
+        self.dispatch_config = dispatch_config
         self.db = db
         self.link = link
         self.ledger = ledger
@@ -133,7 +133,7 @@ class Pipeline:
         """When pending statistics are next flushed (INF: none pending)."""
         if not self.stats.pending():
             return INF
-        t = self.last_flush + self.dc.stats_interval
+        t = self.last_flush + self.dispatch_config.stats_interval
         return min(t, self.last_flush + IDLE_FLUSH_MIN) if idle else t
 
     # == sending =================================================================
@@ -183,7 +183,7 @@ class Pipeline:
         self,
         now: float,
         exc: psycopg.Error,
-        errors: list[tuple[int, str, str]],
+        failures: list[tuple[int, str, str]],
         answered: list[int],
         requeue: tuple[list[str], list[int], int, float | None] | None,
         claim: tuple[list[str], list[int], list[int | None] | None] | None,
@@ -198,8 +198,8 @@ class Pipeline:
         log.error("database round trip failed (%s); running its parts one by one", one_line(exc))
         result = IterationResult([], None, [])
         try:
-            if errors:
-                self._record_errors_alone(errors)
+            if failures:
+                self._record_errors_alone(failures)
             if answered:
                 result.left_running = self._check_answered_alone(answered)
             if requeue is not None:
@@ -212,14 +212,14 @@ class Pipeline:
         self.round_trips += 1
         return result
 
-    def _record_errors_alone(self, errors: list[tuple[int, str, str]]) -> None:
+    def _record_errors_alone(self, failures: list[tuple[int, str, str]]) -> None:
         try:
-            self.db.record_errors(self.dispatcher_id, errors)
+            self.db.record_errors(self.dispatcher_id, failures)
             return
         except psycopg.Error as exc:
             if not self.poisoned(exc):
                 raise
-        for e in errors:
+        for e in failures:
             try:
                 self.db.record_errors(self.dispatcher_id, [e])
             except psycopg.Error as exc:
@@ -234,29 +234,29 @@ class Pipeline:
             if not self.poisoned(exc):
                 raise
         out: list[tuple[int, str]] = []
-        for wid in answered:
+        for message_id in answered:
             try:
-                out.extend(self.db.check_answered(self.dispatcher_id, [wid]))
+                out.extend(self.db.check_answered(self.dispatcher_id, [message_id]))
             except psycopg.Error as exc:
                 if not self.poisoned(exc):
                     raise
-                self._fail_poisoned(wid, "checking its answer 0 failed", exc)
+                self._fail_poisoned(message_id, "checking its answer 0 failed", exc)
         return out
 
-    def _fail_poisoned(self, wid: int, what: str, exc: psycopg.Error) -> None:
+    def _fail_poisoned(self, message_id: int, what: str, exc: psycopg.Error) -> None:
         """Take a row whose write keeps failing out of the way: fail it with a
         short dispatch_error saying why (log ERROR). Raises on a lost connection."""
         reason = f"dispatch error: {what}: {one_line(exc)[:300]}"
-        log.error("message %d: %s; failing it", wid, reason.removeprefix("dispatch error: "))
+        log.error("message %d: %s; failing it", message_id, reason.removeprefix("dispatch error: "))
         try:
-            self.db.record_errors(self.dispatcher_id, [(wid, "failed", reason)])
+            self.db.record_errors(self.dispatcher_id, [(message_id, "failed", reason)])
         except psycopg.Error as again:
             if not self.poisoned(again):
                 raise
             log.error(
                 "message %d: cannot fail it either (%s); it stays running, held by this"
                 " dispatcher, until a restart resets it",
-                wid,
+                message_id,
                 one_line(again),
             )
 
@@ -305,14 +305,19 @@ class Pipeline:
         retries = [pools[s].config.max_retries for s in stages]
         # Rows of stages no longer configured get the default cap (10).
         # EXPIRY = 0 means "never expire" (NULL), not "expire everything at once".
-        return (stages, retries, 10, self.dc.expiry if self.dc.expiry > 0 else None)
+        return (
+            stages,
+            retries,
+            10,
+            self.dispatch_config.expiry if self.dispatch_config.expiry > 0 else None,
+        )
 
     def _after_iteration(self, result: IterationResult, now: float) -> None:
-        for wid, stage in result.left_running:
+        for message_id, stage in result.left_running:
             log.warning(
                 "stage %s answered 0 for message %d but left it running; failed it",
                 stage,
-                wid,
+                message_id,
             )
         if result.requeue is not None:
             self.requeued(result.requeue, now)
@@ -325,7 +330,7 @@ class Pipeline:
     def count_retried(self, result: IterationResult) -> bool:
         """Failures record_dispatch_error paused for an automatic retry (RETRY_DELAY)
         are not failures in the statistics; True if there were any."""
-        for _wid, stage, status, reason in result.retried:
+        for _message_id, stage, status, reason in result.retried:
             self.stats.retried(stage, status, reason)
         return bool(result.retried)
 
@@ -381,7 +386,7 @@ class Pipeline:
         are cleared only after the flush went through (invariant 10)."""
         if not self.stats.pending():
             return
-        due = now - self.last_flush >= self.dc.stats_interval
+        due = now - self.last_flush >= self.dispatch_config.stats_interval
         if not due and now - self.last_flush >= IDLE_FLUSH_MIN:
             due = not self.workers.busy()
         if not (due or force):
@@ -423,7 +428,7 @@ class Pipeline:
         them is ours any more (a late write would be refused by the fencing
         token anyway, but the work itself must stop).
         """
-        if not self.dc.competing or self.db.registered(self.dispatcher_id):
+        if not self.dispatch_config.competing or self.db.registered(self.dispatcher_id):
             return
         n_workers = len(self.workers.all())
         held = self.workers.drop_all()

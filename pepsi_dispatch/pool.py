@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 
 from .backoff import Backoff
 from .config import StageConfig
-from .process import Worker
+from .process import WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class StagePool:
         self.config = config
         self.name = config.name
         self.generation = generation
-        self.workers: list[Worker] = []
+        self.workers: list[WorkerProcess] = []
         #: monotonic time until which no worker is spawned (0 = none).
         self.cooldown_until = 0.0
         #: delay of the next cooldown (1 s doubling to 60 s; reset by an answer).
@@ -71,7 +71,7 @@ class StagePool:
         """MAX_MESSAGES: ids one worker gets before it is recycled."""
         return self.config.max_messages
 
-    def room(self, w: Worker) -> int:
+    def room(self, w: WorkerProcess) -> int:
         """How many more ids ``w`` may take now."""
         if w.retiring or w.stopping or w.eof or w.stdin_fd is None or w.pid in self.spares:
             return 0
@@ -111,19 +111,19 @@ class StagePool:
         self,
         ids: list[int],
         now: float,
-        spawn: Callable[[StagePool], Worker | None],
-    ) -> tuple[list[tuple[Worker, list[int]]], list[int]]:
+        spawn: Callable[[StagePool], WorkerProcess | None],
+    ) -> tuple[list[tuple[WorkerProcess, list[int]]], list[int]]:
         """Distribute ``ids`` (in order) over workers, spawning as needed.
 
         Returns the (worker, ids) assignments -- one batch per worker, to be
         written in one go -- and the ids that found no place (spawn failed or
         cooldown), which the caller releases at once.
         """
-        out: list[tuple[Worker, list[int]]] = []
+        out: list[tuple[WorkerProcess, list[int]]] = []
         i = 0
         used: set[int] = set()
         while i < len(ids):
-            best: Worker | None = None
+            best: WorkerProcess | None = None
             best_room = 0
             for w in self.workers:
                 if w.pid in used:
@@ -151,7 +151,7 @@ class StagePool:
         return out, ids[i:]
 
     # -- recycling ---------------------------------------------------------------
-    def _promote(self) -> Worker | None:
+    def _promote(self) -> WorkerProcess | None:
         """A warm spare takes a free slot (the oldest first); None if there is none."""
         for w in self.workers:
             if w.pid in self.spares and not (
@@ -161,7 +161,7 @@ class StagePool:
                 return w
         return None
 
-    def answered(self, w: Worker, now: float) -> None:
+    def answered(self, w: WorkerProcess, now: float) -> None:
         """Note ``w``'s first answer: the start-up time of this stage's workers.
 
         Only workers handed ids at once count (a spare's first answer also
@@ -171,7 +171,7 @@ class StagePool:
         if t0 is not None:
             self.startup = 0.7 * self.startup + 0.3 * (now - t0)
 
-    def wants_spare(self, w: Worker, now: float) -> bool:
+    def wants_spare(self, w: WorkerProcess, now: float) -> bool:
         """Should a replacement for ``w`` start now, so it is warm when ``w`` drains?
 
         Yes once ``w`` has been handed its last id, or earlier when, at its answer
@@ -184,13 +184,13 @@ class StagePool:
             return False
         if w.sent >= self.max_messages:
             return True
-        if w.answered < self.queue_limit or not w.first_given:
+        if w.answers_received < self.queue_limit or not w.first_given:
             return False  # too early to tell its rate
-        left = self.max_messages - w.answered
-        rate = w.answered / max(1e-3, now - w.first_given)
+        left = self.max_messages - w.answers_received
+        rate = w.answers_received / max(1e-3, now - w.first_given)
         return left <= rate * 2 * self.startup + self.queue_limit
 
-    def forget(self, w: Worker) -> None:
+    def forget(self, w: WorkerProcess) -> None:
         """``w`` is gone (reaped): drop it from the recycling books."""
         self.spares.discard(w.pid)
         self.recycled.discard(w.pid)
@@ -249,4 +249,4 @@ def worker_env(
     return env
 
 
-__all__ = ["StagePool", "Worker", "worker_env"]
+__all__ = ["StagePool", "WorkerProcess", "worker_env"]

@@ -1,10 +1,10 @@
 """One worker process: spawn, pipes, in-flight bookkeeping, kill and reap.
 
-A :class:`Worker` is the dispatcher's view of one ``PROGRAM [-c FILE] worker``
+A :class:`WorkerProcess` is the dispatcher's view of one ``PROGRAM [-c FILE] worker``
 child. It owns three non-blocking pipe ends and the ordered list of ids
 written to the child and not answered yet. It never decides anything about
-rows; the loop does that with what :meth:`Worker.read_answers` and
-:meth:`Worker.poll` report.
+rows; the loop does that with what :meth:`WorkerProcess.read_answers` and
+:meth:`WorkerProcess.poll` report.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MAX_ANSWER_LINE = 65536
 #: stderr lines longer than this are cut before they reach the log.
 MAX_STDERR_LINE = 8192
 
-#: stderr pipe capacity asked for (see Worker.__init__).
+#: stderr pipe capacity asked for (see WorkerProcess.__init__).
 STDERR_PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PR_SET_PDEATHSIG = 1
@@ -86,7 +86,7 @@ def reap_orphans(workers: Container[int]) -> tuple[list[int], bool]:
 
     Returns the pids reaped, and whether the scan stopped at an exited worker.
     Each exited child is looked at first without reaping it (``WNOWAIT``): a
-    worker must be reaped by its :class:`Worker` (which kills its process group
+    worker must be reaped by its :class:`WorkerProcess` (which kills its process group
     first), so the scan stops there; the caller polls its workers and calls
     again.
     """
@@ -204,7 +204,7 @@ def _start_child(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen[by
 
 
 class Life(enum.Enum):
-    """A worker's life. It only moves forward, and only through Worker's methods::
+    """A worker's life. It only moves forward, and only through WorkerProcess's methods::
 
         RUNNING --stop()/terminate()--> STOPPING --kill()--> KILLED
            |                               ^
@@ -222,7 +222,7 @@ class Life(enum.Enum):
     KILLED = 3
 
 
-class Worker:
+class WorkerProcess:
     """One running worker child of a stage."""
 
     def __init__(
@@ -264,7 +264,7 @@ class Worker:
         #: ids handed to this worker in its life (for MAX_MESSAGES).
         self.sent = 0
         #: answers received in its life (a crash before any answer → cooldown).
-        self.answered = 0
+        self.answers_received = 0
         #: where it is in its life (see :class:`Life`); changed only by retire(),
         #: stop(), terminate() and kill().
         self.life = Life.RUNNING
@@ -564,4 +564,4 @@ class Worker:
         return [fd for fd in (self.stdout_fd, self.stderr_fd) if fd is not None]
 
     def __repr__(self) -> str:
-        return f"<Worker {self.stage} pid {self.pid} inflight {len(self.inflight)}>"
+        return f"<WorkerProcess {self.stage} pid {self.pid} inflight {len(self.inflight)}>"

@@ -84,6 +84,14 @@ def watch_status(obj: Any, interval: float, count: int | None, as_json: bool) ->
         return  # Ctrl-C ends the watch: exit 0
 
 
+def _live(d: dict[str, Any]) -> bool:
+    """A dispatcher is live as queue_dispatchers says; a schema before 0014 has
+    no ``live`` column: the rule's 5-minute fallback then."""
+    if "live" in d:
+        return bool(d["live"])
+    return d["heartbeat_age"].total_seconds() <= 300
+
+
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -113,14 +121,17 @@ def _watch_lines(stages: list[dict[str, Any]], dispatchers: list[dict[str, Any]]
         )
     if not stages:
         lines.append("(no stages: the queue is empty and no dispatcher registered any)")
-    live = [d for d in dispatchers if d["heartbeat_age"].total_seconds() < 120]
+    # Live by the database's rule (queue_dispatchers v2, migration 0014): the
+    # heartbeat no older than 3 x the heartbeat interval the dispatcher reports
+    # (its POLL_INTERVAL, shorter when competing), else 5 minutes; at least 10 s.
+    live = [d for d in dispatchers if _live(d)]
     lines.append("")
     lines.append(
         f"dispatchers: {len(live)} live of {len(dispatchers)} registered"
         + "".join(
             f"\n  {d['dispatcher_id']}: {d['hostname']} pid {d['pid']}"
             f"{' competing' if d['competing'] else ''}, last beat {_age(d['heartbeat_age'])}"
-            f" ago, {d['running']} message(s) in flight"
+            f" ago{'' if _live(d) else ' (not live)'}, {d['running']} message(s) in flight"
             for d in dispatchers
         )
     )

@@ -27,7 +27,7 @@ from .exits import settle_exit
 from .failwatch import FailureWatch
 from .ledger import Ledger
 from .pool import StagePool, worker_env
-from .process import Worker, classify_exit, reap_orphans
+from .process import WorkerProcess, classify_exit, reap_orphans
 from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
 from .stats import Stats
 from .watchdogs import Watchdogs
@@ -53,7 +53,7 @@ class Supervisor:
         self.config = config
         #: stages failing everything (ERROR once per STATS_INTERVAL).
         self.failwatch = failwatch
-        self.dc: DispatchConfig = config.dispatch
+        self.dispatch_config: DispatchConfig = config.dispatch
         self.sel = sel
         self.stats = stats
         self.ledger = ledger
@@ -73,16 +73,16 @@ class Supervisor:
         self.watchdogs = Watchdogs(self)
 
     # == pools ===================================================================
-    def all(self) -> list[Worker]:
+    def all(self) -> list[WorkerProcess]:
         """Every worker, retiring ones and those of removed stages included."""
-        out: list[Worker] = []
+        out: list[WorkerProcess] = []
         for pool in self.pools.values():
             out.extend(pool.workers)
         for pool in self.leftover:
             out.extend(pool.workers)
         return out
 
-    def pool_of(self, w: Worker) -> StagePool | None:
+    def pool_of(self, w: WorkerProcess) -> StagePool | None:
         pool = self.pools.get(w.stage)
         if pool is not None and w in pool.workers:
             return pool
@@ -138,13 +138,13 @@ class Supervisor:
         except (KeyError, ValueError):
             pass
 
-    def _unwatch_all(self, w: Worker) -> None:
+    def _unwatch_all(self, w: WorkerProcess) -> None:
         self.unwatch(w.stdout_fd)
         self.unwatch(w.stderr_fd)
         self.unwatch(w.stdin_fd)
 
     # == answer intake ===========================================================
-    def on_event(self, kind: str, w: Worker, now: float) -> None:
+    def on_event(self, kind: str, w: WorkerProcess, now: float) -> None:
         """One worker's pipe is ready. Whatever goes wrong handling it ends that
         worker (its ids are settled when it is reaped), never the dispatcher."""
         try:
@@ -164,7 +164,7 @@ class Supervisor:
             if not w.killed:
                 self.kill(w)
 
-    def _on_stdout(self, w: Worker, now: float) -> None:
+    def _on_stdout(self, w: WorkerProcess, now: float) -> None:
         lines = w.read_answers()
         if lines is None:
             self.unwatch(w.stdout_fd)
@@ -174,7 +174,7 @@ class Supervisor:
         if lines:
             self._answers(w, lines, now)
 
-    def _answers(self, w: Worker, lines: list[bytes], now: float) -> None:
+    def _answers(self, w: WorkerProcess, lines: list[bytes], now: float) -> None:
         """Process answer lines of ``w`` in order (docs/PROTOCOL.md)."""
         if w.killed:
             return  # its in-flight list is being torn down; answers no longer map to ids
@@ -196,26 +196,28 @@ class Supervisor:
                 )
                 self.kill(w)
                 break
-            wid = inflight.popleft()
+            message_id = inflight.popleft()
             # (Still in ``inflight``: the stage let go of the row -- advanced it to
             # itself, or paused it and it was requeued -- and it was claimed and
             # handed to this same worker again. That second copy is still ours.)
-            self.ledger.let_go(wid, w, wid in inflight)
+            self.ledger.let_go(message_id, w, message_id in inflight)
             seconds = now - w.head_since
             w.head_since = now
-            w.answered += 1
+            w.answers_received += 1
             if line == b"0":  # the hot path
-                self.ledger.answered(wid, w.stage)
+                self.ledger.answered(message_id, w.stage)
                 self.failwatch.succeeded.add(w.stage)
                 self.stats.succeeded(w.stage, seconds)
                 if debug:
-                    log.debug("stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, wid, seconds)
+                    log.debug(
+                        "stage %s pid %d: %d done (%.3f s)", w.stage, w.pid, message_id, seconds
+                    )
                 continue
-            if not self._answer(w, pool, wid, line, seconds, now):
+            if not self._answer(w, pool, message_id, line, seconds, now):
                 break
         self._answered(w, pool, now)
 
-    def _all_ok(self, w: Worker, n: int, now: float) -> None:
+    def _all_ok(self, w: WorkerProcess, n: int, now: float) -> None:
         """The next ``n`` answers of ``w`` are all a bare ``0``: what the loop in
         :meth:`_answers` does for each, once per batch (2-3x less CPU per
         answer; docs/OPERATIONS.md). The first answer's service time counts
@@ -226,18 +228,18 @@ class Supervisor:
         # still ours: walk backwards, so ``later`` is what follows each id.
         later = set(inflight)
         let_go, answered, stage = self.ledger.let_go, self.ledger.answered, w.stage
-        for wid in reversed(ids):
-            let_go(wid, w, wid in later)
-            later.add(wid)
-        for wid in ids:
-            answered(wid, stage)
+        for message_id in reversed(ids):
+            let_go(message_id, w, message_id in later)
+            later.add(message_id)
+        for message_id in ids:
+            answered(message_id, stage)
         seconds = now - w.head_since
         w.head_since = now
-        w.answered += n
+        w.answers_received += n
         self.failwatch.succeeded.add(stage)
         self.stats.succeeded_many(stage, seconds, n)
 
-    def _answered(self, w: Worker, pool: StagePool | None, now: float) -> None:
+    def _answered(self, w: WorkerProcess, pool: StagePool | None, now: float) -> None:
         """After a batch of answers: the stage works, a warm spare may be due,
         room may have freed, and a drained worker may go."""
         if pool is not None and not w.killed:
@@ -259,7 +261,13 @@ class Supervisor:
                     pool.recycled.add(w.pid)
 
     def _answer(
-        self, w: Worker, pool: StagePool | None, wid: int, line: bytes, seconds: float, now: float
+        self,
+        w: WorkerProcess,
+        pool: StagePool | None,
+        message_id: int,
+        line: bytes,
+        seconds: float,
+        now: float,
     ) -> bool:
         """One answer other than a bare ``0``; False if it ended the worker."""
         try:
@@ -270,37 +278,37 @@ class Supervisor:
         debug = log.isEnabledFor(logging.DEBUG)
         if answer.kind == OK:
             fused = self._fused_allowed(w, answer.fused)
-            self.ledger.answered(wid, fused[-1] if fused else w.stage)
+            self.ledger.answered(message_id, fused[-1] if fused else w.stage)
             self.failwatch.ok(w.stage)
             self.stats.succeeded(w.stage, seconds, fused)
             if debug:
-                log.debug("stage %s pid %d: %d %s", w.stage, w.pid, wid, answer.text)
+                log.debug("stage %s pid %d: %d %s", w.stage, w.pid, message_id, answer.text)
             return True
         if answer.kind == FAILED:
-            self.ledger.failed(wid, "failed", answer.text)
+            self.ledger.failed(message_id, "failed", answer.text)
             self.failwatch.failed(w.stage, answer.text)
             self.stats.failed(w.stage, seconds)
             if debug:
-                log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, wid, answer.text)
+                log.debug("stage %s pid %d: %d failed: %s", w.stage, w.pid, message_id, answer.text)
             return True
-        self.ledger.failed(wid, "failed", f'protocol error: worker answered "{answer.text}"')
+        self.ledger.failed(message_id, "failed", f'protocol error: worker answered "{answer.text}"')
         self.stats.failed(w.stage, seconds)
         log.warning(
             "stage %s worker pid %d: protocol error on message %d: %r; stopping it",
             w.stage,
             w.pid,
-            wid,
+            message_id,
             answer.text[:200],
         )
         self.kill(w)
-        if pool is not None and w.answered == 1:
+        if pool is not None and w.answers_received == 1:
             # Garbage as its very first answer (a banner on stdout, a wrong
             # PROGRAM): without a pause each replacement would fail the
             # next message at once.
             pool.start_cooldown(now, f"worker pid {w.pid}'s first answer was garbage")
         return False
 
-    def _fused_allowed(self, w: Worker, fused: tuple[str, ...]) -> tuple[str, ...]:
+    def _fused_allowed(self, w: WorkerProcess, fused: tuple[str, ...]) -> tuple[str, ...]:
         """The stages of ``0 fused=...`` if the graph allows them, else none.
 
         Each name must be a configured stage that NEXT of the one before it
@@ -328,7 +336,7 @@ class Supervisor:
             prev = name
         return fused
 
-    def _on_stderr(self, w: Worker) -> None:
+    def _on_stderr(self, w: WorkerProcess) -> None:
         lines = w.read_stderr()
         if lines is None:
             self.unwatch(w.stderr_fd)
@@ -340,7 +348,7 @@ class Supervisor:
             log.info("[%s %d] %s", w.stage, w.pid, line)
 
     # == spawning and placing ====================================================
-    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> Worker | None:
+    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> WorkerProcess | None:
         """A new worker for ``pool`` (None: it cannot start; the stage cools down).
         A ``spare`` is started warm for a worker nearing MAX_MESSAGES."""
         env = worker_env(
@@ -349,10 +357,16 @@ class Supervisor:
             self.config.dsn,
             self.dispatcher_id,
             self.config.path,
-            pool.config.worker_dsn or self.dc.worker_dsn,
+            pool.config.worker_dsn or self.dispatch_config.worker_dsn,
         )
         try:
-            w = Worker(pool.name, pool.config.program, self.dc.config_file, env, pool.generation)
+            w = WorkerProcess(
+                pool.name,
+                pool.config.program,
+                self.dispatch_config.config_file,
+                env,
+                pool.generation,
+            )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
@@ -379,7 +393,7 @@ class Supervisor:
         )
         return w
 
-    def _spawn_spare(self, pool: StagePool, old: Worker, now: float) -> None:
+    def _spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None:
         """Start ``old``'s replacement now, handed nothing until ``old`` drains."""
         pool.heirs.add(old.pid)
         self.spawn(pool, now, spare=True)
@@ -390,8 +404,8 @@ class Supervisor:
         """Hand claimed ids to workers, one write per worker; release what finds
         no place. ``spawn_now`` reads the clock for a spawn. Returns ids handed out."""
         by_stage: dict[str, list[int]] = {}
-        for wid, stage in claimed:
-            by_stage.setdefault(stage, []).append(wid)
+        for message_id, stage in claimed:
+            by_stage.setdefault(stage, []).append(message_id)
         debug = log.isEnabledFor(logging.DEBUG)
         handed = 0
         for stage, ids in by_stage.items():
@@ -425,13 +439,13 @@ class Supervisor:
         return handed
 
     # == stopping ================================================================
-    def stop(self, w: Worker, now: float, why: str) -> None:
+    def stop(self, w: WorkerProcess, now: float, why: str) -> None:
         """Ask an idle worker to go: EOF on stdin (it exits 0)."""
         self.unwatch(w.stdin_fd)
-        w.stop(now + self.dc.shutdown_timeout, why)
+        w.stop(now + self.dispatch_config.shutdown_timeout, why)
         log.debug("stage %s worker pid %d: stopping (%s)", w.stage, w.pid, why)
 
-    def kill(self, w: Worker) -> None:
+    def kill(self, w: WorkerProcess) -> None:
         """SIGKILL ``w``; its remaining ids are released once it is reaped."""
         w.kill()
         self.reap_all = True  # reap it in this very iteration if it is gone already
@@ -518,7 +532,7 @@ class Supervisor:
             if not worker_waiting:
                 return
 
-    def _finalize(self, w: Worker, rc: int, now: float) -> None:
+    def _finalize(self, w: WorkerProcess, rc: int, now: float) -> None:
         pool = self.pool_of(w)
         # Answers written before it exited may still sit in the pipe.
         if not w.killed and w.stdout_fd is not None:

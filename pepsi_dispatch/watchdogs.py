@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .pool import StagePool
-from .process import Worker
+from .process import WorkerProcess
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -30,7 +30,7 @@ EOF_GRACE = 2.0
 #: given it, else it is killed as hung in start-up. Never less than 30 s: a
 #: tight MAX_RUNTIME must not kill every worker of a slow-starting stage.
 STARTUP_MIN = 30.0
-#: How often a worker given ids is checked for its first read (Worker.has_read).
+#: How often a worker given ids is checked for its first read (WorkerProcess.has_read).
 READ_POLL = 0.02
 #: How soon a killed worker is looked for again (it is gone in milliseconds).
 REAP_POLL = 0.01
@@ -66,7 +66,7 @@ class Watchdogs:
             for pool in self.sup.pools.values():
                 if pool.cooldown_until:
                     rows.append(Watchdog(pool.cooldown_until, pool, partial(self._cooled, pool)))
-        max_runtime = self.sup.dc.max_runtime
+        max_runtime = self.sup.dispatch_config.max_runtime
         for w in self.sup.all():
             if w.killed:
                 rows.append(Watchdog(now + REAP_POLL, w, None))  # reap soon
@@ -80,7 +80,7 @@ class Watchdogs:
                 self._worker_rows(w, max_runtime, rows)
         return rows
 
-    def _worker_rows(self, w: Worker, max_runtime: float, rows: list[Watchdog]) -> None:
+    def _worker_rows(self, w: WorkerProcess, max_runtime: float, rows: list[Watchdog]) -> None:
         if w.inflight:
             rows.append(Watchdog(w.head_since + max_runtime, w, partial(self._timeout, w)))
         if w.eof:
@@ -88,7 +88,7 @@ class Watchdogs:
         if w.stopping and w.stop_deadline:
             rows.append(Watchdog(w.stop_deadline, w, partial(self._stop_overdue, w)))
         if not w.inflight and not w.stopping and not w.eof:
-            idle_at = w.idle_since + self.sup.dc.worker_idle_timeout
+            idle_at = w.idle_since + self.sup.dispatch_config.worker_idle_timeout
             rows.append(Watchdog(idle_at, w, partial(self.sup.stop, w, why="idle")))
 
     def next_deadline(self, now: float) -> float:
@@ -109,7 +109,7 @@ class Watchdogs:
         for row in self.table(now):
             if row.action is None or now < row.deadline or id(row.owner) in acted:
                 continue
-            if isinstance(row.owner, Worker) and row.owner.killed:
+            if isinstance(row.owner, WorkerProcess) and row.owner.killed:
                 continue
             acted.add(id(row.owner))
             row.action(now)
@@ -119,21 +119,21 @@ class Watchdogs:
         self.sup.ledger.want_claim()
         log.info("stage %s: cooldown over, starting workers again", pool.name)
 
-    def _hung(self, w: Worker, now: float) -> None:
+    def _hung(self, w: WorkerProcess, now: float) -> None:
         log.warning(
             "stage %s worker pid %d read none of its input within %g s"
             " of being started; killing it",
             w.stage,
             w.pid,
-            max(self.sup.dc.max_runtime, STARTUP_MIN),
+            max(self.sup.dispatch_config.max_runtime, STARTUP_MIN),
         )
         self.sup.kill(w)
         pool = self.sup.pool_of(w)
         if pool is not None:
             pool.start_cooldown(now, f"worker pid {w.pid} never started reading")
 
-    def _timeout(self, w: Worker, now: float) -> None:
-        max_runtime = self.sup.dc.max_runtime
+    def _timeout(self, w: WorkerProcess, now: float) -> None:
+        max_runtime = self.sup.dispatch_config.max_runtime
         head = w.inflight.popleft()
         self.sup.ledger.let_go(head, w, head in w.inflight)
         seconds = now - w.head_since
@@ -150,13 +150,13 @@ class Watchdogs:
         )
         self.sup.kill(w)
 
-    def _eof_no_exit(self, w: Worker, now: float) -> None:
+    def _eof_no_exit(self, w: WorkerProcess, now: float) -> None:
         log.warning(
             "stage %s worker pid %d closed stdout but did not exit; killing it", w.stage, w.pid
         )
         self.sup.kill(w)
 
-    def _stop_overdue(self, w: Worker, now: float) -> None:
+    def _stop_overdue(self, w: WorkerProcess, now: float) -> None:
         log.warning(
             "stage %s worker pid %d did not exit within SHUTDOWN_TIMEOUT; killing it",
             w.stage,

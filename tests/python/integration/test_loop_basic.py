@@ -93,11 +93,11 @@ def test_overlong_answer_across_reads_is_one_answer() -> None:
     Regression: the head went out once the partial line passed 64 KiB and the rest
     of the line, at its newline, became a second answer (for the next id).
     """
-    from pepsi_dispatch.process import Worker
+    from pepsi_dispatch.process import WorkerProcess
 
     r, wfd = os.pipe()
     os.set_blocking(r, False)
-    w = Worker.__new__(Worker)
+    w = WorkerProcess.__new__(WorkerProcess)
     w.stdout_fd = r
     w._out_partial = b""
     w._out_skipping = False

@@ -299,3 +299,29 @@ def test_transitions_find_the_row_by_primary_key(conn: psycopg.Connection) -> No
     used = {(n["Node Type"], n.get("Index Name")) for p in plans for n in _nodes(p["Plan"])}
     assert ("Seq Scan", None) not in used, used
     assert not [u for u in used if u[1] == "workqueue_running_idx"], f"running index walked: {used}"
+
+
+def test_the_dispatchers_reads_use_an_index(big_dsn: str) -> None:
+    """held_ids walks workqueue_running_idx and stages_of looks rows up by primary
+    key (0014: what db.py selected from the tables). dispatcher_registered reads
+    the registry, a handful of rows: its plan is captured but any scan is fine."""
+    with psycopg.connect(big_dsn, autocommit=True) as conn:
+        with conn.transaction(force_rollback=True):
+            ids = [
+                r[0] for r in conn.execute("SELECT * FROM pepsi.claim(7, %s, %s)", (STAGES, CAPS16))
+            ]
+            conn.execute("SELECT * FROM pepsi.claim(8, %s, %s)", (STAGES, CAPS16)).fetchall()
+            calls = [
+                ("SELECT * FROM pepsi.held_ids(7)", ()),
+                ("SELECT * FROM pepsi.stages_of(%s::bigint[])", (ids[:20],)),
+                ("SELECT pepsi.dispatcher_registered(7)", ()),
+            ]
+            plans = captured_plans(conn, calls)
+            assert len(set(ids)) == 128
+        conn.execute("VACUUM ANALYZE pepsi.workqueue")
+    inner = [p for p in plans if "pepsi.workqueue AS w" in p.get("Query Text", "")]
+    inner += [p for p in plans if "pepsi.dispatchers AS d" in p.get("Query Text", "")]
+    assert len(inner) == 3, [p.get("Query Text") for p in plans]
+    found = scans(inner[:2])
+    assert not [s for s in found if s[0] == "Seq Scan"], f"sequential scan: {found}"
+    assert {s[2] for s in found} == {"workqueue_running_idx", "workqueue_pkey"}, found

@@ -26,9 +26,9 @@ def test_invariant_1_an_id_has_one_holder_the_latest_hand_out():
     ledger = Ledger()
     ledger.hand([7], a)
     ledger.hand([7], b)
-    assert ledger.holder == {7: b}
+    assert ledger.holder_of == {7: b}
     ledger.let_go(7, a, still_in_w=False)  # A's late answer
-    assert ledger.holder == {7: b}
+    assert ledger.holder_of == {7: b}
     ledger.let_go(7, b, still_in_w=False)
     assert not ledger.held(7)
 
@@ -42,7 +42,7 @@ def test_invariant_1_unanswered_ids_are_released_only_when_reaped():
     ledger.hand([1, 2, 3], w)
     assert not ledger.owed()
     ledger.reaped(w, [1, 2, 3], [])
-    assert ledger.holder == {}
+    assert ledger.holder_of == {}
     ledger.release([1, 2, 3])  # as the exit classification says (killed)
     assert ledger.owed().releases == [1, 2, 3]
 
@@ -66,7 +66,7 @@ def test_invariant_1_reaping_does_not_touch_ids_another_worker_holds():
     ledger.hand([1, 2], a)
     ledger.hand([2], b)
     ledger.reaped(a, [1, 2], [])
-    assert ledger.holder == {2: b}
+    assert ledger.holder_of == {2: b}
 
 
 # -- invariant 2: owed writes about ids in flight again are dropped --------------
@@ -226,7 +226,7 @@ def test_drop_all_forgets_everything_after_being_declared_dead():
     ledger.release([4])
     ledger.claimed_pass()
     ledger.drop_all()
-    assert ledger.holder == {} and not ledger.owed() and ledger.claim_needed
+    assert ledger.holder_of == {} and not ledger.owed() and ledger.claim_needed
 
 
 def test_invariant_2_peeking_drops_nothing_until_the_wake_that_sends():

@@ -21,7 +21,7 @@ def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
     ledger = Ledger()
     w = SimpleNamespace(
         killed=False, reading=False, inflight=deque(ids), stage="a", pid=1,
-        head_since=10.0, answered=0,
+        head_since=10.0, answers_received=0,
     )  # fmt: skip
     ledger.hand(ids, w)
     ledger.hand([ids[-1]], other)  # the last id was claimed again by another worker
@@ -43,12 +43,12 @@ def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
     c = sup.stats.stages["a"]
     h = sup.stats.service["a"]
     return (
-        dict(ledger.holder),
+        dict(ledger.holder_of),
         list(ledger.checks),
         dict(ledger.check_stage),
         list(w.inflight),
         w.head_since,
-        w.answered,
+        w.answers_received,
         (c.processed, c.failed, c.seconds),
         (list(h.counts), h.sum),
         (sup.stats.stage_runs, sup.stats.total_stage_runs),
