@@ -189,6 +189,44 @@ def program_checks(config: Config) -> list[Check]:
     return out
 
 
+def overlay_program_problems(file_config: Config, config: Config) -> list[str]:
+    """What is wrong with each PROGRAM that only the database overlay sets (a
+    new stage, or a changed PROGRAM): the same check as the file's, with the
+    overlay row named so the reader knows where to fix it."""
+    problems = []
+    for name, stage in config.stages.items():
+        before = file_config.stages.get(name)
+        if before is not None and before.program == stage.program:
+            continue  # the file's PROGRAM: checked with the file
+        problem = program_problem(stage.program)
+        if problem:
+            problems.append(
+                f"stage {name}: {problem} (PROGRAM set in the database overlay:"
+                f" pepsi.config row [stage-{name}] PROGRAM; fix or delete that row)"
+            )
+    return problems
+
+
+def overlay_checks(config: Config) -> list[Check]:
+    """``serve --check``: the PROGRAMs the database overlay sets (none when the
+    database or its overlay cannot be read: the database checks say why)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(config.dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT * FROM pepsi.stage_config()").fetchall()
+    except psycopg.Error:
+        return []
+    try:
+        overlaid = _config.apply_overlay(config, [tuple(r[:3]) for r in rows])
+    except _config.ConfigError as exc:
+        return [Check("database overlay", False, str(exc))]
+    problems = overlay_program_problems(config, overlaid)
+    if problems:
+        return [Check("database overlay", False, "; ".join(problems))]
+    return []
+
+
 def searched_locations() -> list[str]:
     home = os.environ.get("HOME") or "~"
     return [

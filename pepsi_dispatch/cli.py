@@ -162,6 +162,7 @@ def _check(opts: _Options) -> int:
     results.append(_service_user_check(config.dispatch.service_user))
     results.extend(checks.program_checks(config))
     results.extend(checks.database_checks(config.dsn, head))
+    results.extend(checks.overlay_checks(config))
     results.extend(checks.worker_dsn_checks(config))
     return done()
 

@@ -7,6 +7,7 @@ import logging
 import psycopg
 from psycopg import errors as pgerrors
 
+from .checks import overlay_program_problems
 from .config import Config, apply_overlay
 from .db import Database
 from .dblink import one_line
@@ -48,7 +49,10 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
         # what tells the outside world we are up, so it comes after.
         db.start_listening()
         # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
-        config = apply_overlay(config, db.overlay())
+        file_config, config = config, apply_overlay(config, db.overlay())
+        problems = overlay_program_problems(file_config, config)
+        if problems:
+            raise UsageError("; ".join(problems))
         dispatcher_id = db.register()
         n = db.reset_orphans(dispatcher_id, dc.orphan_timeout)
         db.register_stages(dispatcher_id, config.stages.values())

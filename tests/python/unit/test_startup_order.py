@@ -57,3 +57,34 @@ def test_a_refused_dispatcher_never_listens() -> None:
     with pytest.raises(UsageError, match="another dispatcher already serves"):
         open_database(db, load_config())  # type: ignore[arg-type]
     assert "start_listening" not in db.calls
+
+
+class OverlayDatabase(RecordingDatabase):
+    """A database whose overlay sets a stage's PROGRAM."""
+
+    def __init__(self, program: str) -> None:
+        super().__init__()
+        self.rows = [("stage-b", "PROGRAM", program)]
+
+    def overlay(self) -> list[tuple[str, str, str]]:
+        self.calls.append("overlay")
+        return self.rows
+
+
+def test_a_program_only_the_overlay_sets_is_checked_at_start(tmp_path) -> None:
+    db = OverlayDatabase(str(tmp_path / "no-such-program"))
+    with pytest.raises(UsageError) as err:
+        open_database(db, load_config())  # type: ignore[arg-type]
+    message = str(err.value)
+    assert "stage b:" in message and "no-such-program" in message, message
+    assert "database overlay" in message and "[stage-b] PROGRAM" in message, message
+    assert "register" not in db.calls  # refused before telling the world it is up
+
+
+def test_a_runnable_overlay_program_starts(tmp_path) -> None:
+    program = tmp_path / "stage-b"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    db = OverlayDatabase(str(program))
+    config, _ = open_database(db, load_config())  # type: ignore[arg-type]
+    assert config.stages["b"].program == str(program)
