@@ -66,12 +66,17 @@ STAGE_FUNCTIONS = (
 
 @dataclass(frozen=True)
 class Check:
+    """One line of ``serve --check``. A warning (``warn``) is shown but does not
+    fail the check: the dispatcher would start anyway."""
+
     name: str
     ok: bool
     detail: str
+    warn: bool = False
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+        mark = "warn" if self.warn else "ok  " if self.ok else "FAIL"
+        return f"{mark} {self.name}: {self.detail}"
 
 
 def current_user() -> str:
@@ -192,7 +197,12 @@ def program_checks(config: Config) -> list[Check]:
 def overlay_program_problems(file_config: Config, config: Config) -> list[str]:
     """What is wrong with each PROGRAM that only the database overlay sets (a
     new stage, or a changed PROGRAM): the same check as the file's, with the
-    overlay row named so the reader knows where to fix it."""
+    overlay row named so the reader knows where to fix it.
+
+    Unlike the file's, these do not stop the dispatcher from starting: the
+    overlay changes at run time, and a stage whose PROGRAM cannot run is held
+    off (its rows wait as pending) until the row is fixed, while the other
+    stages run."""
     problems = []
     for name, stage in config.stages.items():
         before = file_config.stages.get(name)
@@ -208,8 +218,9 @@ def overlay_program_problems(file_config: Config, config: Config) -> list[str]:
 
 
 def overlay_checks(config: Config) -> list[Check]:
-    """``serve --check``: the PROGRAMs the database overlay sets (none when the
-    database or its overlay cannot be read: the database checks say why)."""
+    """``serve --check``: a warning per PROGRAM the database overlay sets that
+    cannot run (none when the database or its overlay cannot be read: the
+    database checks say why); a graph the overlay breaks fails."""
     import psycopg
 
     try:
@@ -222,9 +233,7 @@ def overlay_checks(config: Config) -> list[Check]:
     except _config.ConfigError as exc:
         return [Check("database overlay", False, str(exc))]
     problems = overlay_program_problems(config, overlaid)
-    if problems:
-        return [Check("database overlay", False, "; ".join(problems))]
-    return []
+    return [Check("database overlay", True, p, warn=True) for p in problems]
 
 
 def searched_locations() -> list[str]:

@@ -127,7 +127,9 @@ def _check(opts: _Options) -> int:
         if failed:
             click.echo(f"{PROG}: {len(failed)} of {len(results)} check(s) failed")
             return 2
-        click.echo(f"{PROG}: all {len(results)} checks passed")
+        warned = sum(c.warn for c in results)
+        also = f" ({warned} warning{'s' if warned > 1 else ''})" if warned else ""
+        click.echo(f"{PROG}: all {len(results)} checks passed{also}")
         return 0
 
     try:

@@ -50,9 +50,8 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
         db.start_listening()
         # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
         file_config, config = config, apply_overlay(config, db.overlay())
-        problems = overlay_program_problems(file_config, config)
-        if problems:
-            raise UsageError("; ".join(problems))
+        for problem in overlay_program_problems(file_config, config):
+            log.warning("%s; the stage is held off until then", problem)
         dispatcher_id = db.register()
         n = db.reset_orphans(dispatcher_id, dc.orphan_timeout)
         db.register_stages(dispatcher_id, config.stages.values())

@@ -9,6 +9,7 @@ exactly that window, because registering came before the LISTEN.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -71,14 +72,18 @@ class OverlayDatabase(RecordingDatabase):
         return self.rows
 
 
-def test_a_program_only_the_overlay_sets_is_checked_at_start(tmp_path) -> None:
+def test_a_program_only_the_overlay_sets_is_checked_at_start(tmp_path, caplog) -> None:
+    """It does not stop the start (the stage is held off, the others run), but
+    the log names it and the row to fix."""
     db = OverlayDatabase(str(tmp_path / "no-such-program"))
-    with pytest.raises(UsageError) as err:
-        open_database(db, load_config())  # type: ignore[arg-type]
-    message = str(err.value)
-    assert "stage b:" in message and "no-such-program" in message, message
-    assert "database overlay" in message and "[stage-b] PROGRAM" in message, message
-    assert "register" not in db.calls  # refused before telling the world it is up
+    with caplog.at_level(logging.WARNING, logger="pepsi_dispatch.startup"):
+        config, _ = open_database(db, load_config())  # type: ignore[arg-type]
+    assert "b" in config.stages and "register" in db.calls
+    (record,) = [r for r in caplog.records if "no-such-program" in r.getMessage()]
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING
+    assert message.startswith("stage b: PROGRAM ") and "does not exist" in message, message
+    assert "pepsi.config row [stage-b] PROGRAM" in message and "held off" in message, message
 
 
 def test_a_runnable_overlay_program_starts(tmp_path) -> None:
