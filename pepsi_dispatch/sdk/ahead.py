@@ -60,11 +60,17 @@ class ReadAhead:
         lines = self._ready()
         if not lines:
             return conn.execute(query, params).fetchone()
+        in_hand = {parse_id(line) for line in self.unanswered}
         self.unanswered.extend(lines)
         self._lines = lines
         wanted = [i for i in (parse_id(line) for line in lines) if i is not None]
         if not wanted:
             self._rows = {}
+            return conn.execute(query, params).fetchone()
+        if in_hand.intersection(wanted):
+            # A second copy of an id this worker still holds (the one in hand,
+            # say): read in the same statement, its row would be the one from
+            # before this transition. Load it after the commit, as before.
             return conn.execute(query, params).fetchone()
         try:
             rows = conn.execute(WITH_ROWS.format(query), (*params, wanted)).fetchall()

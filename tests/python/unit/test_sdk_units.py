@@ -600,6 +600,21 @@ def test_read_ahead_rides_on_a_lone_transition_in_one_statement() -> None:
     assert len(conn.log) == 1 and ahead.take(conn) == []  # type: ignore[arg-type]
 
 
+def test_read_ahead_never_reads_a_second_copy_of_an_id_in_hand() -> None:
+    """A line for an id this worker still holds (here the message in hand) is
+    not read in the same statement as its transition (that would see the row
+    as it was before it): it is loaded after the commit."""
+    conn = RowsConn()
+    unanswered = [b"1"]
+    ahead = ReadAhead(lambda: [b"1", b"5"], unanswered)
+    Scope(conn, ahead=ahead).write(stmt("finish", 1), Role.LAST)  # type: ignore[arg-type]
+    assert conn.log == [(SINGLE["finish"], (1, "a", None))]
+    assert unanswered == [b"1", b"1", b"5"]
+    loaded = ahead.take(conn)  # type: ignore[arg-type]
+    assert conn.log[-1] == (GET_MESSAGES, ([1, 5],))
+    assert [item.message_id for item in loaded] == [1, 5]
+
+
 def test_read_ahead_only_for_a_statement_run_alone() -> None:
     """Inside the message's transaction (its handler used msg.db, or a step),
     nothing is read ahead; nor when no line is waiting."""
