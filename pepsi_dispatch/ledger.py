@@ -155,6 +155,17 @@ class Ledger:
             self.releases = [i for i in self.releases if i not in holder_of]
         return OwedWrites(list(self.releases), list(self.failures), list(self.checks))
 
+    def owes_writes(self) -> bool:
+        """``bool(self.owed(peek=True))``, building no lists."""
+        if not (self.releases or self.failures or self.checks):
+            return False
+        holder = self.holder_of
+        return (
+            any(i not in holder for i in self.releases)
+            or any(e[0] not in holder for e in self.failures)
+            or any(i not in holder for i in self.checks)
+        )
+
     def released(self) -> None:
         """The release statement (sent first, on its own) succeeded."""
         self.releases = []

@@ -214,7 +214,7 @@ class Dispatcher:
         # not spin the loop then).
         if db_ready and (
             (self.reload_pending and not self.shutting_down)
-            or self.pipeline.plan(now, self.shutting_down, peek=True)
+            or self.pipeline.due(now, self.shutting_down)
         ):
             return 0.0
         t = INF

@@ -129,6 +129,15 @@ class Pipeline:
                 plan.claim = (stages, caps, ledger.claim_bounds(stages, requeue is not None))
         return plan
 
+    def due(self, now: float, shutting_down: bool) -> bool:
+        """``bool(self.plan(now, shutting_down))`` without building the plan: the
+        select timeout asks this on every wake. Same conditions as :meth:`plan`."""
+        if not self.link.ready(now):
+            return False
+        if self.requeue_due(now, shutting_down) or self.ledger.owes_writes():
+            return True
+        return self.ledger.claim_needed and not shutting_down and self.workers.has_room(now)
+
     def flush_deadline(self, idle: bool) -> float:
         """When pending statistics are next flushed (INF: none pending)."""
         if not self.stats.pending():

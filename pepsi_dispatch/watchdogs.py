@@ -13,8 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .pool import StagePool
 from .process import WorkerProcess
@@ -37,16 +36,18 @@ REAP_POLL = 0.01
 INF = float("inf")
 
 
-@dataclass
+@dataclass(slots=True)
 class Watchdog:
-    """One row of the watchdog table: at ``deadline``, ``action(now)`` is due.
+    """One row of the watchdog table: at ``deadline``, ``action(owner, now)`` is due.
     ``owner`` is the worker (or pool) it is about: at most one action per owner
     and wake. A row without an action only wakes the loop (to look for a first
-    read, or to reap a killed worker)."""
+    read, or to reap a killed worker). The action is a method of
+    :class:`Watchdogs` taking the owner, not a closure over it: the table is
+    built twice per wake (select timeout, timer phase), so its rows are cheap."""
 
     deadline: float
-    owner: object
-    action: Callable[[float], None] | None
+    owner: Any
+    action: Callable[[Any, float], None] | None
 
 
 class Watchdogs:
@@ -65,7 +66,7 @@ class Watchdogs:
         if not self.sup.shutting_down:
             for pool in self.sup.pools.values():
                 if pool.cooldown_until:
-                    rows.append(Watchdog(pool.cooldown_until, pool, partial(self._cooled, pool)))
+                    rows.append(Watchdog(pool.cooldown_until, pool, self._cooled))
         max_runtime = self.sup.dispatch_config.max_runtime
         for w in self.sup.all():
             if w.killed:
@@ -75,21 +76,21 @@ class Watchdogs:
                 # head's clock starts then), at least every READ_POLL.
                 rows.append(Watchdog(now + READ_POLL, w, None))
                 limit = max(max_runtime, STARTUP_MIN)
-                rows.append(Watchdog(w.first_given + limit, w, partial(self._hung, w)))
+                rows.append(Watchdog(w.first_given + limit, w, self._hung))
             else:
                 self._worker_rows(w, max_runtime, rows)
         return rows
 
     def _worker_rows(self, w: WorkerProcess, max_runtime: float, rows: list[Watchdog]) -> None:
         if w.inflight:
-            rows.append(Watchdog(w.head_since + max_runtime, w, partial(self._timeout, w)))
+            rows.append(Watchdog(w.head_since + max_runtime, w, self._timeout))
         if w.eof:
-            rows.append(Watchdog(w.eof_at + EOF_GRACE, w, partial(self._eof_no_exit, w)))
+            rows.append(Watchdog(w.eof_at + EOF_GRACE, w, self._eof_no_exit))
         if w.stopping and w.stop_deadline:
-            rows.append(Watchdog(w.stop_deadline, w, partial(self._stop_overdue, w)))
+            rows.append(Watchdog(w.stop_deadline, w, self._stop_overdue))
         if not w.inflight and not w.stopping and not w.eof:
             idle_at = w.idle_since + self.sup.dispatch_config.worker_idle_timeout
-            rows.append(Watchdog(idle_at, w, partial(self.sup.stop, w, why="idle")))
+            rows.append(Watchdog(idle_at, w, self._idle))
 
     def next_deadline(self, now: float) -> float:
         """The earliest watchdog deadline (INF: none)."""
@@ -112,7 +113,10 @@ class Watchdogs:
             if isinstance(row.owner, WorkerProcess) and row.owner.killed:
                 continue
             acted.add(id(row.owner))
-            row.action(now)
+            row.action(row.owner, now)
+
+    def _idle(self, w: WorkerProcess, now: float) -> None:
+        self.sup.stop(w, now, why="idle")
 
     def _cooled(self, pool: StagePool, now: float) -> None:
         pool.cooldown_until = 0.0  # the delay is kept, so the next one grows

@@ -27,11 +27,13 @@ from .transaction import BatchFailed, CommitMode, HandlerScope, Role, RowLost, S
 from .transitions import Advance, Fail, Finish, Handler, Message, Pause, Refused, Transition
 
 __all__ = [
+    "GET_MESSAGES",
     "Attempt",
     "HandlerDispatch",
     "Loaded",
     "StageGraph",
     "load_batch",
+    "loaded_lines",
     "state_patch",
 ]
 
@@ -51,22 +53,28 @@ class Loaded(NamedTuple):
     row: tuple[Any, ...] | None
 
 
+#: The rows of messages by id (the columns :meth:`HandlerDispatch.process` reads).
+GET_MESSAGES = (
+    "SELECT workqueue_id, stage, status, payload, state, retries FROM pepsi.get_messages(%s)"
+)
+
+
+def loaded_lines(lines: list[bytes], rows: dict[int, tuple[Any, ...]]) -> list[Loaded]:
+    """The lines with the rows of their ids (``rows``: loaded by id)."""
+    out = []
+    for line in lines:
+        i = parse_id(line)
+        out.append(Loaded(line, i, rows.get(i) if i is not None else None))
+    return out
+
+
 def load_batch(conn: psycopg.Connection, lines: list[bytes]) -> list[Loaded]:
     """Parse the lines and load their rows in one round trip."""
-    ids = [parse_id(line) for line in lines]
-    wanted = [i for i in ids if i is not None]
+    wanted = [i for i in (parse_id(line) for line in lines) if i is not None]
     rows: dict[int, tuple[Any, ...]] = {}
     if wanted:
-        cur = conn.execute(
-            "SELECT workqueue_id, stage, status, payload, state, retries"
-            " FROM pepsi.get_messages(%s)",
-            (wanted,),
-        )
-        rows = {row[0]: row for row in cur.fetchall()}
-    return [
-        Loaded(line, i, rows.get(i) if i is not None else None)
-        for line, i in zip(lines, ids, strict=True)
-    ]
+        rows = {row[0]: row for row in conn.execute(GET_MESSAGES, (wanted,)).fetchall()}
+    return loaded_lines(lines, rows)
 
 
 def state_patch(original: dict[str, Any], state: dict[str, Any]) -> str | None:

@@ -102,6 +102,17 @@ class LineReader:
             if out or (self.eof and not self.buf):
                 return out
 
+    def ready(self) -> list[bytes]:
+        """The complete lines already waiting, never blocking ([] when none).
+
+        A line without its newline yet stays buffered for :meth:`lines`.
+        """
+        self._fill(block=False)
+        if b"\n" not in self.buf:
+            return []
+        head, _, self.buf = self.buf.rpartition(b"\n")
+        return [line for line in head.split(b"\n") if line.strip()]
+
 
 def write_answers(fd: int, answers: list[str]) -> None:
     """Write the answer lines (without newlines) to ``fd``, all of them."""

@@ -17,6 +17,7 @@ from types import FrameType
 
 import psycopg
 
+from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .dispatch import Attempt, HandlerDispatch, Loaded, load_batch
 from .pipe import LineReader, one_line, write_answers
@@ -132,17 +133,29 @@ class StageRunner:
                 attempt = Attempt.REDO
 
     def _batch_single(self, lines: list[bytes], attempt: Attempt) -> None:
-        """Commit and answer one message at a time, removing its line when answered."""
+        """Commit and answer one message at a time, removing its line when answered.
+
+        Without group commit, lines that arrive meanwhile are read ahead with a
+        message's commit (:class:`~.ahead.ReadAhead`), appended to ``lines`` and
+        served in turn. (With group commit a lone id comes here too; what
+        arrives meanwhile waits for the next batch, to be committed together.)
+        """
         conn = self.connection.conn
-        for loaded in load_batch(conn, lines):
-            scope = Scope(conn)
-            answer = self.dispatch.process(loaded, scope, attempt)
-            scope.commit()
-            write_answers(self.answer_fd, [answer])
-            del lines[0]
-            attempt = Attempt.FIRST  # only the message in hand may have committed unanswered
-            if self.state is RunnerState.STOPPING:
-                return
+        ahead = None
+        if self.commit_mode is CommitMode.PER_MESSAGE:
+            ahead = ReadAhead(self.reader.ready, lines)
+        todo = load_batch(conn, lines)
+        while todo:
+            for loaded in todo:
+                scope = Scope(conn, ahead=ahead)
+                answer = self.dispatch.process(loaded, scope, attempt)
+                scope.commit()
+                write_answers(self.answer_fd, [answer])
+                del lines[0]
+                attempt = Attempt.FIRST  # only the message in hand may have committed unanswered
+                if self.state is RunnerState.STOPPING:
+                    return
+            todo = ahead.take(conn) if ahead is not None else []
 
     def _batch_group(self, lines: list[bytes], attempt: Attempt) -> None:
         """One transaction for the batch; statements of messages whose handler did not

@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from .pipe import exc_reason
 from .statements import MANY, SINGLE, Statement
+
+if TYPE_CHECKING:
+    from .ahead import ReadAhead
 
 __all__ = [
     "BatchFailed",
@@ -170,12 +173,15 @@ class Scope:
         conn: psycopg.Connection,
         mode: CommitMode = CommitMode.PER_MESSAGE,
         batch: GroupBatch | None = None,
+        ahead: ReadAhead | None = None,
     ) -> None:
         if mode is CommitMode.GROUP and batch is None:
             raise ValueError("group commit needs its batch")
         self.conn = conn
         self.mode = mode
         self.batch = batch
+        #: sends a statement run alone in autocommit with the next rows (sdk/ahead.py)
+        self.ahead = ahead
         self._levels: list[psycopg.Transaction] = []
         self._before_push: Callable[[], None] | None = batch.flush if batch else None
 
@@ -221,6 +227,11 @@ class Scope:
             return
         if mode is CallMode.IN_TRANSACTION:
             self.enter()
+        elif self.ahead is not None:  # AUTOCOMMIT: read ahead in the same round trip
+            row = self.ahead.send(self.conn, SINGLE[statement.kind], statement.params)
+            if not (row and row[0]):
+                raise RowLost(statement.lost)
+            return
         row = self.conn.execute(SINGLE[statement.kind], statement.params).fetchone()
         if not (row and row[0]):
             raise RowLost(statement.lost)

@@ -123,3 +123,31 @@ def test_invariant_7_a_query_error_holds_all_database_work(tmp_path: Path) -> No
     clock.advance(0.1)
     assert d.pipeline.plan(clock(), shutting_down=False)  # the claim is still due
     assert d.link.state is LinkState.UP
+
+
+def test_invariant_9_the_timeouts_boolean_peek_agrees_with_the_plan(tmp_path: Path) -> None:
+    """Invariant 9: next_timeout asks Pipeline.due (no plan built); it is
+    bool(Pipeline.plan) in every state these tests reach."""
+    clock = FakeClock()
+    d = dispatcher(tmp_path, clock)
+
+    def agree(stopping: bool = False) -> None:
+        now = clock()
+        assert d.pipeline.due(now, stopping) == bool(d.pipeline.plan(now, stopping))
+
+    agree()  # a claim is due
+    agree(stopping=True)
+    d.ledger.claimed_pass()
+    agree()  # nothing due
+    d.ledger.release([5])
+    agree()  # an owed release
+    d.ledger.released()
+    d.ledger.failed(6, "failed", "x")
+    agree()
+    d.ledger.sent()
+    agree()
+    clock.advance(10)
+    agree()  # requeue due
+    agree(stopping=True)
+    d.link.lost(clock(), psycopg.errors.DivisionByZero("division by zero"))
+    agree()  # held

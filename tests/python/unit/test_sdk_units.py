@@ -15,11 +15,20 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from pepsi_dispatch.sdk import runner as runner_mod
+from pepsi_dispatch.sdk.ahead import WITH_ROWS, ReadAhead
 from pepsi_dispatch.sdk.connection import ConnectionHolder
-from pepsi_dispatch.sdk.dispatch import Attempt, HandlerDispatch, Loaded, StageGraph, state_patch
+from pepsi_dispatch.sdk.dispatch import (
+    GET_MESSAGES,
+    Attempt,
+    HandlerDispatch,
+    Loaded,
+    StageGraph,
+    state_patch,
+)
 from pepsi_dispatch.sdk.pipe import (
     MAX_REASON,
     LineReader,
@@ -547,3 +556,145 @@ def test_message_db_outside_processing_raises() -> None:
     msg = Message(id=1, stage="a", payload={}, state={}, retries=0)
     with pytest.raises(RuntimeError, match="not being processed"):
         _ = msg.db
+
+
+# --------------------------------------------------------------------------- read-ahead
+
+
+class RowsConn(FakeConn):
+    """A FakeConn that answers get_messages (alone, or after a call: WITH_ROWS) with
+    a running row per id; ``fail_ahead``: the combined statement raises (the
+    connection stays fine)."""
+
+    def __init__(self, result: bool = True, fail_ahead: bool = False) -> None:
+        super().__init__(result)
+        self.fail_ahead = fail_ahead
+
+    def execute(self, sql: str, params: Any) -> FakeCursor:
+        if sql == GET_MESSAGES:
+            self.log.append((sql, params))
+            return FakeCursor([(i, "a", "running", {}, {}, 0) for i in params[0]])
+        if sql.endswith(WITH_ROWS.format("")):
+            self.log.append(("with_rows", sql.removesuffix(WITH_ROWS.format("")), params))
+            if self.fail_ahead:
+                raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+            rows = [(None, i, "a", "running", {}, {}, 0) for i in params[-1]]
+            return FakeCursor([(self.result, None, None, None, None, None, None), *rows])
+        return super().execute(sql, params)
+
+
+def test_read_ahead_rides_on_a_lone_transition_in_one_statement() -> None:
+    """A message's lone autocommit transition carries get_messages for the lines
+    waiting on stdin: one statement; the lines join the unanswered ones."""
+    conn = RowsConn()
+    unanswered = [b"1"]
+    ahead = ReadAhead(lambda: [b"5", b"junk"], unanswered)
+    Scope(conn, ahead=ahead).write(stmt("finish", 1), Role.LAST)  # type: ignore[arg-type]
+    assert conn.log == [("with_rows", SINGLE["finish"], (1, "a", None, [5]))]
+    assert unanswered == [b"1", b"5", b"junk"]
+    loaded = ahead.take(conn)  # type: ignore[arg-type]
+    assert [(item.line, item.message_id, item.row is not None) for item in loaded] == [
+        (b"5", 5, True),
+        (b"junk", None, False),
+    ]
+    assert len(conn.log) == 1 and ahead.take(conn) == []  # type: ignore[arg-type]
+
+
+def test_read_ahead_never_reads_a_second_copy_of_an_id_in_hand() -> None:
+    """A line for an id this worker still holds (here the message in hand) is
+    not read in the same statement as its transition (that would see the row
+    as it was before it): it is loaded after the commit."""
+    conn = RowsConn()
+    unanswered = [b"1"]
+    ahead = ReadAhead(lambda: [b"1", b"5"], unanswered)
+    Scope(conn, ahead=ahead).write(stmt("finish", 1), Role.LAST)  # type: ignore[arg-type]
+    assert conn.log == [(SINGLE["finish"], (1, "a", None))]
+    assert unanswered == [b"1", b"1", b"5"]
+    loaded = ahead.take(conn)  # type: ignore[arg-type]
+    assert conn.log[-1] == (GET_MESSAGES, ([1, 5],))
+    assert [item.message_id for item in loaded] == [1, 5]
+
+
+def test_read_ahead_only_for_a_statement_run_alone() -> None:
+    """Inside the message's transaction (its handler used msg.db, or a step),
+    nothing is read ahead; nor when no line is waiting."""
+    conn = RowsConn()
+    ahead = ReadAhead(lambda: [b"5"], [])
+    scope = Scope(conn, ahead=ahead)  # type: ignore[arg-type]
+    scope.write(stmt("set_state", 1), Role.STEP)
+    scope.write(stmt("finish", 1), Role.LAST)
+    scope.commit()
+    assert all(e[0] != "with_rows" for e in conn.log) and ahead.take(conn) == []  # type: ignore
+    idle = RowsConn()
+    Scope(idle, ahead=ReadAhead(list, [])).write(stmt("finish", 2), Role.LAST)  # type: ignore[arg-type]
+    assert idle.log == [(SINGLE["finish"], (2, "a", None))]
+
+
+def test_read_ahead_failure_resends_the_transition_alone_then_loads_later() -> None:
+    """The combined statement failed (as a whole: nothing committed): the
+    transition goes again alone, so only its own error could fail the message;
+    the lines read ahead are loaded when their turn comes."""
+    conn = RowsConn(fail_ahead=True)
+    unanswered: list[bytes] = []
+    ahead = ReadAhead(lambda: [b"5"], unanswered)
+    Scope(conn, ahead=ahead).write(stmt("finish", 1), Role.LAST)  # type: ignore[arg-type]
+    finish = (SINGLE["finish"], (1, "a", None))
+    assert conn.log == [("with_rows", *finish[:1], (1, "a", None, [5])), finish]
+    assert unanswered == [b"5"]
+    (item,) = ahead.take(conn)  # type: ignore[arg-type]
+    assert item.message_id == 5 and item.row is not None
+    assert conn.log[-1] == (GET_MESSAGES, ([5],))
+
+
+def test_read_ahead_keeps_row_lost_and_raises_a_lost_connection() -> None:
+    conn = RowsConn(result=False)
+    ahead = ReadAhead(lambda: [b"5"], [])
+    with pytest.raises(RowLost, match="lost 1"):
+        Scope(conn, ahead=ahead).write(stmt("finish", 1), Role.LAST)  # type: ignore[arg-type]
+    assert ahead.take(conn)[0].row is not None  # type: ignore[arg-type]
+    broken = RowsConn(fail_ahead=True)
+    broken.broken = True
+    with pytest.raises(psycopg.Error):
+        Scope(broken, ahead=ReadAhead(lambda: [b"5"], [])).write(  # type: ignore[arg-type]
+            stmt("finish", 1), Role.LAST
+        )
+
+
+def test_line_reader_ready_never_blocks_and_keeps_a_partial_line() -> None:
+    r, w = os.pipe()
+    reader = LineReader(r, lambda: None, lambda: None)
+    assert reader.ready() == []  # nothing written: returns at once
+    os.write(w, b"1\n2\n3")
+    assert reader.ready() == [b"1", b"2"]
+    os.write(w, b"\n")
+    assert reader.ready() == [b"3"]
+    os.close(w)
+    os.close(r)
+
+
+@pytest.mark.parametrize("mode", [CommitMode.PER_MESSAGE, CommitMode.GROUP])
+def test_runner_serves_lines_read_ahead_in_turn_without_group_commit(mode: CommitMode) -> None:
+    """One commit per message: id 2 arrives while 1 is processed, rides on 1's
+    transition, is answered after it. Group commit leaves it for its next batch."""
+    r, w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    conn = RowsConn()
+    dispatch = HandlerDispatch({"a": lambda msg: Finish()}, "a", GRAPH, Statements(None))
+    runner = StageRunner(dispatch, ConnectionHolder(conn), mode, answers_w, r)  # type: ignore[arg-type]
+    os.write(w, b"1\n")
+    lines = runner.reader.lines()
+    os.write(w, b"2\n")
+    runner._batch_single(lines, Attempt.FIRST)
+    finish = SINGLE["finish"]
+    if mode is CommitMode.PER_MESSAGE:
+        assert conn.log == [
+            (GET_MESSAGES, ([1],)),
+            ("with_rows", finish, (1, "a", None, [2])),
+            (finish, (2, "a", None)),
+        ]
+        assert os.read(answers_r, 100) == b"0\n0\n" and lines == []
+    else:
+        assert conn.log == [(GET_MESSAGES, ([1],)), (finish, (1, "a", None))]
+        assert os.read(answers_r, 100) == b"0\n" and runner.reader.lines() == [b"2"]
+    for fd in (r, w, answers_r, answers_w):
+        os.close(fd)
