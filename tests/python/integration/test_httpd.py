@@ -243,3 +243,20 @@ def test_bench_scrape_option(dsn: str) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "raw     alone" in out.stdout and "raw     scraped" in out.stdout, out.stdout
     assert "GET /metrics during the drain" in out.stdout, out.stdout
+
+
+def test_ids_beyond_bigint_are_answered_not_dropped(h: Harness, httpds: list[Httpd]) -> None:
+    # An id past bigint made the handler raise (psycopg sent it as numeric): the
+    # client got no HTTP answer at all, only a closed connection.
+    [wid] = h.enqueue("nowhere", 1)
+    srv = Httpd(None, h.dsn, h.tmp / "httpd.log", allow_actions=True)
+    httpds.append(srv)
+    huge = 2**63
+    status, _, body = srv.get(f"/api/message/{huge}")
+    assert status == 404 and f"no message {huge}" in body, body
+    status, body = srv.post("/api/cancel", {"ids": [wid, huge]})
+    assert status == 400 and "integers" in body["error"], body
+    status, body = srv.post("/api/requeue", [wid])
+    assert status == 400 and body["error"] == "bad request: the body must be a JSON object", body
+    assert h.row(wid)["status"] == "pending"
+    assert srv.get(f"/api/message/{wid}")[0] == 200
