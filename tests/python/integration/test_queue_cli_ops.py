@@ -295,3 +295,15 @@ def test_watch_in_a_terminal_refreshes_in_place(dsn, tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert out.count(b"\x1b[H\x1b[2J") == 2
+
+
+def test_ids_past_bigint_are_usage_errors(pq, conn) -> None:
+    # They reached PostgreSQL as numeric: "function pepsi.message_story(numeric)
+    # does not exist", a database error instead of a word about the id.
+    huge = str(2**63)
+    for args in (("show", huge), ("cancel", "--id", huge), ("requeue", "--id", huge)):
+        r = pq(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert huge in r.stderr and "numeric" not in r.stderr, (args, r.stderr)
+    r = pq("show", "0")
+    assert r.returncode == 2 and "is not in the range" in r.stderr, r.stderr
