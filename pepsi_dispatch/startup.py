@@ -55,7 +55,8 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
     except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
         raise UsageError(
             f"database {db.dbname()!r} has no (current) pepsi schema:"
-            " run 'alembic upgrade head' with PEPSI_DSN set to it"
+            " run 'pepsi-queue migrate' (or 'alembic upgrade head' in a checkout)"
+            " with PEPSI_DSN set to it"
         ) from None
     except psycopg.Error as exc:
         raise FatalError(f"database error during start-up: {one_line(exc)}") from None

@@ -135,8 +135,10 @@ def test_unmigrated_database_refused_with_one_line(h: Harness, empty_dsn: str) -
     lines = [ln for ln in d.log().splitlines() if ln.strip() and "WARNING" not in ln]
     assert len(lines) == 1, lines
     assert "Traceback" not in d.log()
-    # a clear line says what to do, like the worker SDK's
+    # a clear line says what to do, like the worker SDK's -- and names the
+    # command an installed wheel has (no alembic.ini outside a checkout)
     assert re.search(r"migrat|alembic", lines[0], re.I), lines[0]
+    assert rc == 2 and "run 'pepsi-queue migrate'" in lines[0], lines[0]
 
 
 def test_processing_seconds_plausible(h: Harness) -> None:
