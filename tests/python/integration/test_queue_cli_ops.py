@@ -307,3 +307,22 @@ def test_ids_past_bigint_are_usage_errors(pq, conn) -> None:
         assert huge in r.stderr and "numeric" not in r.stderr, (args, r.stderr)
     r = pq("show", "0")
     assert r.returncode == 2 and "is not in the range" in r.stderr, r.stderr
+
+
+def test_migrate_sql_from_a_revision_is_an_upgrade_script(pq) -> None:
+    # OPERATIONS.md's upgrade step says "--sql prints the DDL for review", but it
+    # always printed the DDL from an empty database: useless (and failing) for a
+    # database that is already at an older revision.
+    full = pq("migrate", "--sql")
+    assert full.returncode == 0 and "CREATE TABLE alembic_version" in full.stdout
+    r = pq("migrate", "--sql", "--from", "0013")
+    assert r.returncode == 0, r.stderr
+    assert "CREATE TABLE alembic_version" not in r.stdout
+    assert "CREATE TABLE pepsi.workqueue" not in r.stdout
+    assert (
+        "UPDATE alembic_version SET version_num='0014'"
+        " WHERE alembic_version.version_num = '0013'"
+    ) in r.stdout
+    assert "Running upgrade 0013 -> 0014" in r.stderr
+    r = pq("migrate", "--from", "0013")
+    assert r.returncode == 2 and "--from needs --sql" in r.stderr, r.stderr
