@@ -93,6 +93,8 @@ def _why_not_executable(path: str) -> str:
     for name in (path, real):
         for parent in reversed(Path(os.path.abspath(name)).parents):
             if not os.access(parent, os.X_OK):
+                if not os.path.lexists(parent):  # its own parent was searchable
+                    return f"it does not exist (no directory {parent}){via}"
                 return f"directory {parent} is not searchable by {current_user()}{via}"
     try:
         st = os.stat(real)

@@ -23,6 +23,18 @@ config_option = click.option(
 )
 
 
+def _misplaced(exc: click.UsageError) -> str:
+    """For a group's option given after its command: where it goes (else '')."""
+    ctx = exc.ctx
+    if not isinstance(exc, click.NoSuchOption) or ctx is None or ctx.parent is None:
+        return ""
+    names = {n for p in ctx.parent.command.params for n in (*p.opts, *p.secondary_opts)}
+    if exc.option_name not in names:
+        return ""
+    cmd = ctx.info_name
+    return f"{exc.option_name} is not an option of '{cmd}' but a global one: give it before '{cmd}'"
+
+
 def run_click(
     group: click.Group,
     prog: str,
@@ -42,7 +54,7 @@ def run_click(
     except (click.Abort, KeyboardInterrupt):
         return 130
     except click.UsageError as exc:
-        report(f"{exc.format_message()} (see '{prog} -h')")
+        report(f"{_misplaced(exc) or exc.format_message()} (see '{prog} -h')")
         return 2
     except click.ClickException as exc:
         report(exc.format_message())

@@ -100,7 +100,20 @@ _TIME_PART_RE = re.compile(rf"\s*({_NUMBER})\s*([A-Za-z]+)\s*")
 _TIME_HINT = "use a number with ms, s, min, h or d, e.g. '500 ms', '30 s', '5 min', '2 d'"
 
 
+#: Longest time value (100 years): longer ones overflowed clocks and datetimes
+#: at run time. POLL_INTERVAL: epoll_wait's timeout is int milliseconds (24.8 d).
+TIME_MAX: Final = 36500 * 86400.0
+POLL_INTERVAL_MAX: Final = 24 * 86400.0
+
+
 def _time_value(text: str) -> float:
+    total = _time_sum(text)
+    if total > TIME_MAX:
+        raise _Bad("too long; at most 36500 d (100 years)")
+    return total
+
+
+def _time_sum(text: str) -> float:
     s = text.strip()
     if not s:
         raise _Bad(f"empty time value; {_TIME_HINT}")
@@ -189,6 +202,13 @@ def _time_opt(minimum_zero: bool) -> Callable[[str], float]:
         return t
 
     return conv
+
+
+def _poll_interval_opt(text: str) -> float:
+    t = _time_opt(False)(text)
+    if t > POLL_INTERVAL_MAX:
+        raise _Bad("too long; at most 24 d")
+    return t
 
 
 def _optional_time_opt(text: str) -> float | None:
@@ -293,7 +313,7 @@ class Config:
 _DISPATCH_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_RUNTIME": ("max_runtime", _time_opt(False)),
     "WORKER_IDLE_TIMEOUT": ("worker_idle_timeout", _time_opt(True)),
-    "POLL_INTERVAL": ("poll_interval", _time_opt(False)),
+    "POLL_INTERVAL": ("poll_interval", _poll_interval_opt),
     "STATS_INTERVAL": ("stats_interval", _time_opt(False)),
     "DB_POOL_SIZE": ("db_pool_size", _int_opt(1)),
     "CONFIG_FILE": ("config_file", _optional_str_opt),

@@ -69,11 +69,11 @@ def _is_below(cfg, target: str, current: str) -> bool:
     return False
 
 
-def migrate(dsn: str, to: str = "head", sql: bool = False) -> None:
+def migrate(dsn: str, to: str = "head", sql: bool = False, start: str | None = None) -> None:
     """Bring the database to revision ``to`` (upgrade, or downgrade to an older one).
 
-    With ``sql`` nothing is executed: the DDL from base to ``to`` is printed
-    (alembic's offline mode) for review.
+    With ``sql`` nothing is executed: the DDL from ``start`` (default: an empty
+    database) to ``to`` is printed (alembic's offline mode) for review.
     """
     import psycopg
     from alembic import command
@@ -84,7 +84,7 @@ def migrate(dsn: str, to: str = "head", sql: bool = False) -> None:
     os.environ["PEPSI_DSN"] = dsn  # migrations/env.py reads it
     try:
         if sql:
-            command.upgrade(cfg, to, sql=True)
+            command.upgrade(cfg, f"{start}:{to}" if start else to, sql=True)
             return
         try:
             with psycopg.connect(dsn, autocommit=True, application_name="pepsi-queue") as conn:
@@ -119,9 +119,18 @@ def migrate(dsn: str, to: str = "head", sql: bool = False) -> None:
     help="Target revision: head, base or a revision id (older: downgrade).",
 )
 @click.option("--sql", is_flag=True, help="Print the SQL (alembic offline mode); change nothing.")
+@click.option(
+    "--from",
+    "start",
+    metavar="REV",
+    help="With --sql: the database is at REV already; print only the upgrade from there.",
+)
 @click.pass_obj
-def migrate_command(obj, to: str, sql: bool) -> None:
+def migrate_command(obj, to: str, sql: bool, start: str | None) -> None:
     from pepsi_dispatch.enqueue import resolve_dsn
+
+    if start and not sql:
+        raise click.UsageError("--from needs --sql (a real migrate reads the database's revision)")
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -134,7 +143,7 @@ def migrate_command(obj, to: str, sql: bool) -> None:
         dsn = os.environ.get("PEPSI_DSN") or (
             "postgresql:///pepsi" if sql else resolve_dsn(None, obj.config_path)
         )
-        migrate(dsn, to, sql)
+        migrate(dsn, to, sql, start)
     finally:
         alembic_log.removeHandler(handler)
     if not sql:

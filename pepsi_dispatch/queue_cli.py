@@ -50,6 +50,8 @@ __all__ = ["PROG", "cli", "main"]
 PROG = "pepsi-queue"
 STATUSES = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
 TERMINAL = ("done", "failed", "timeout", "expired")
+#: Message ids are bigint identity values (from 1).
+MESSAGE_ID = click.IntRange(1, 2**63 - 1)
 
 
 class _Ctx:
@@ -314,7 +316,7 @@ def failed(
 
 @cli.command(help="Put failed/timeout/expired messages back to pending (retries 0).")
 @click.option("--stage", help="Every failed message of this stage.")
-@click.option("--id", "ids", type=int, multiple=True, help="This message (repeatable).")
+@click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
 @click.option("--all", "all_", is_flag=True, help="Every failed message of every stage.")
 @click.pass_obj
 def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> None:
@@ -333,7 +335,7 @@ def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> N
 
 @cli.command(help="Put pending and paused messages to failed ('cancelled by operator').")
 @click.option("--stage", help="Every pending/paused message of this stage.")
-@click.option("--id", "ids", type=int, multiple=True, help="This message (repeatable).")
+@click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
 @click.option("--all", "all_", is_flag=True, help="Every pending/paused message.")
 @click.pass_obj
 def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> None:
@@ -398,7 +400,7 @@ def purge(
 
 
 @cli.command(help="One message: row, state, errors, retries, ages.")
-@click.argument("message_id", metavar="ID", type=int)
+@click.argument("message_id", metavar="ID", type=MESSAGE_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
 def show(obj: _Ctx, message_id: int, as_json: bool) -> int:

@@ -58,7 +58,16 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
     except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
         raise UsageError(
             f"database {db.dbname()!r} has no (current) pepsi schema:"
-            " run 'alembic upgrade head' with PEPSI_DSN set to it"
+            " run 'pepsi-queue migrate' (or 'alembic upgrade head' in a checkout)"
+            " with PEPSI_DSN set to it"
+        ) from None
+    except pgerrors.InsufficientPrivilege as exc:
+        conn = db.work or db.listen
+        user = conn.info.user if conn is not None else "?"
+        raise UsageError(
+            f"role {user} may not dispatch in database {db.dbname()!r}"
+            f" ({exc.diag.message_primary or one_line(exc)}): GRANT pepsi_dispatcher TO {user}"
+            " as the schema owner; 'serve --check' lists what it lacks"
         ) from None
     except psycopg.Error as exc:
         raise FatalError(f"database error during start-up: {one_line(exc)}") from None

@@ -33,7 +33,15 @@ FAILED_ROWS = 200
 
 
 class DatabaseDown(Exception):
-    """The database did not answer (message says why)."""
+    """The database did not answer, or refused to (message says why)."""
+
+
+def _refused(exc: psycopg.Error, user: str) -> str:
+    """One line for an error the database answered with (permission, no schema)."""
+    msg = (exc.diag.message_primary or str(exc)).strip()
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return f"{msg}; GRANT pepsi_dashboard TO {user}"
+    return msg
 
 
 @dataclass
@@ -94,6 +102,9 @@ class App:
                     self._conn = None
                     if attempt == 2:
                         raise DatabaseDown(str(exc).strip().splitlines()[0]) from None
+                except psycopg.Error as exc:  # it answered, with an error: no retry
+                    user = self._conn.info.user if self._conn is not None else "?"
+                    raise DatabaseDown(_refused(exc, user)) from None
             raise AssertionError("unreachable")
 
     def close(self) -> None:

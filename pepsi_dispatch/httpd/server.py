@@ -48,6 +48,9 @@ STATIC_TYPES = {
 }
 PAGE_ROUTES = re.compile(r"^/(?:failures|message/\d+)?$")
 MAX_BODY = 64 * 1024
+#: Message ids are bigint: a larger one names no message (and would reach
+#: PostgreSQL as numeric, matching no function).
+BIGINT_MAX = 2**63 - 1
 
 
 def _static(name: str) -> bytes | None:
@@ -124,7 +127,8 @@ class Handler(BaseHTTPRequestHandler):
             stage = q.get("stage", [None])[0] or None
             self._json(200, {"rows": self.app.failed(reason, stage)})
         elif m := re.fullmatch(r"/api/message/(\d+)", path):
-            row = self.app.message(int(m.group(1)))
+            wid = int(m.group(1))
+            row = self.app.message(wid) if wid <= BIGINT_MAX else None
             if row is None:
                 self._json(404, {"error": f"no message {m.group(1)}"})
             else:
@@ -186,6 +190,8 @@ class Handler(BaseHTTPRequestHandler):
             if not 0 < length <= MAX_BODY:
                 raise ValueError("body missing or too large")
             body = json.loads(self.rfile.read(length))
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
             if path == "/api/pause":
                 stage = body["stage"]
                 paused = body["paused"]
@@ -195,14 +201,18 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(200, {"changed": changed})
                 return
             ids = body["ids"]
-            if not (isinstance(ids, list) and ids and all(type(i) is int for i in ids)):
-                raise ValueError("'ids' must be a non-empty list of integers")
+            if not (isinstance(ids, list) and ids and all(_is_bigint(i) for i in ids)):
+                raise ValueError("'ids' must be a non-empty list of integers (message ids)")
             n = self.app.requeue(ids) if path == "/api/requeue" else self.app.cancel(ids)
             self._json(200, {"rows": n})
         except (KeyError, TypeError, ValueError) as exc:
             self._json(400, {"error": f"bad request: {exc}"})
         except DatabaseDown as exc:
             self._json(503, {"error": f"database unavailable: {exc}"})
+
+
+def _is_bigint(value: Any) -> bool:
+    return type(value) is int and -BIGINT_MAX - 1 <= value <= BIGINT_MAX
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -10,8 +10,11 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from dispatch_harness import (  # noqa: F401
     SHELL,
@@ -21,6 +24,7 @@ from dispatch_harness import (  # noqa: F401
     proc_env,
     wait_until,
 )
+from psycopg.conninfo import make_conninfo
 
 
 def test_worker_invocation_env_and_config_file(h: Harness) -> None:
@@ -135,8 +139,10 @@ def test_unmigrated_database_refused_with_one_line(h: Harness, empty_dsn: str) -
     lines = [ln for ln in d.log().splitlines() if ln.strip() and "WARNING" not in ln]
     assert len(lines) == 1, lines
     assert "Traceback" not in d.log()
-    # a clear line says what to do, like the worker SDK's
+    # a clear line says what to do, like the worker SDK's -- and names the
+    # command an installed wheel has (no alembic.ini outside a checkout)
     assert re.search(r"migrat|alembic", lines[0], re.I), lines[0]
+    assert rc == 2 and "run 'pepsi-queue migrate'" in lines[0], lines[0]
 
 
 def test_processing_seconds_plausible(h: Harness) -> None:
@@ -153,3 +159,29 @@ def test_processing_seconds_plausible(h: Harness) -> None:
     # answer, a few ms after the worker already started it: allow 50 ms each.
     assert 8 * 0.25 <= secs <= 8 * 0.3 + 3, f"processing_seconds {secs} for 8 x 0.3 s"
     assert d.terminate() == 0
+
+
+@pytest.fixture
+def outsider(pg_admin_dsn: str) -> Iterator[str]:
+    """A login role in no pepsi role (cluster-wide: dropped afterwards)."""
+    name = f"pepsi_x_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'x'")
+    yield name
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,)
+        )
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+
+
+def test_a_role_that_may_not_dispatch_is_a_configuration_error(h: Harness, outsider: str) -> None:
+    # It was exit 1 with "database error during start-up: permission denied for
+    # schema pepsi LINE 1: SELECT ... ^": the statement, no hint.
+    dsn = make_conninfo(h.dsn, user=outsider, password="x")
+    d = h.start(h.conf(h.pipeline(["a"])), wait=False, dsn=dsn)
+    assert d.wait_exit(30) == 2, d.log()
+    lines = [ln for ln in d.log().splitlines() if ln.strip() and "WARNING" not in ln]
+    assert len(lines) == 1, lines
+    assert f"role {outsider} may not dispatch" in lines[0], lines[0]
+    assert f"GRANT pepsi_dispatcher TO {outsider}" in lines[0] and "LINE 1" not in lines[0]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from dispatch_harness import Harness, harness_fixture, wait_until  # noqa: F401
 from httpd_harness import Httpd
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg.conninfo import make_conninfo
 
 
 @pytest.fixture
@@ -243,3 +246,51 @@ def test_bench_scrape_option(dsn: str) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "raw     alone" in out.stdout and "raw     scraped" in out.stdout, out.stdout
     assert "GET /metrics during the drain" in out.stdout, out.stdout
+
+
+def test_ids_beyond_bigint_are_answered_not_dropped(h: Harness, httpds: list[Httpd]) -> None:
+    # An id past bigint made the handler raise (psycopg sent it as numeric): the
+    # client got no HTTP answer at all, only a closed connection.
+    [wid] = h.enqueue("nowhere", 1)
+    srv = Httpd(None, h.dsn, h.tmp / "httpd.log", allow_actions=True)
+    httpds.append(srv)
+    huge = 2**63
+    status, _, body = srv.get(f"/api/message/{huge}")
+    assert status == 404 and f"no message {huge}" in body, body
+    status, body = srv.post("/api/cancel", {"ids": [wid, huge]})
+    assert status == 400 and "integers" in body["error"], body
+    status, body = srv.post("/api/requeue", [wid])
+    assert status == 400 and body["error"] == "bad request: the body must be a JSON object", body
+    assert h.row(wid)["status"] == "pending"
+    assert srv.get(f"/api/message/{wid}")[0] == 200
+
+
+@pytest.fixture
+def outsider(pg_admin_dsn: str) -> Iterator[str]:
+    """A login role in no pepsi role (cluster-wide: dropped afterwards)."""
+    name = f"pepsi_x_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'x'")
+    yield name
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,)
+        )
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+
+
+def test_a_role_without_pepsi_dashboard_gets_answers(
+    h: Harness, httpds: list[Httpd], outsider: str
+) -> None:
+    # Permission denied was no DatabaseDown: the request thread died and the
+    # client got a closed connection instead of a status (and no hint).
+    srv = Httpd(None, make_conninfo(h.dsn, user=outsider, password="x"), h.tmp / "httpd.log")
+    httpds.append(srv)
+    status, _, body = srv.get("/healthz")
+    assert status == 503, body
+    assert "permission denied" in body and f"GRANT pepsi_dashboard TO {outsider}" in body, body
+    status, _, body = srv.get("/metrics")
+    assert status == 200 and "pepsi_database_up 0.0" in body, body
+    status, _, body = srv.get("/api/overview")
+    assert status == 503 and "GRANT pepsi_dashboard" in body, body
+    assert srv.proc.poll() is None

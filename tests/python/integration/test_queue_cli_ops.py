@@ -295,3 +295,32 @@ def test_watch_in_a_terminal_refreshes_in_place(dsn, tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert out.count(b"\x1b[H\x1b[2J") == 2
+
+
+def test_ids_past_bigint_are_usage_errors(pq, conn) -> None:
+    # They reached PostgreSQL as numeric: "function pepsi.message_story(numeric)
+    # does not exist", a database error instead of a word about the id.
+    huge = str(2**63)
+    for args in (("show", huge), ("cancel", "--id", huge), ("requeue", "--id", huge)):
+        r = pq(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert huge in r.stderr and "numeric" not in r.stderr, (args, r.stderr)
+    r = pq("show", "0")
+    assert r.returncode == 2 and "is not in the range" in r.stderr, r.stderr
+
+
+def test_migrate_sql_from_a_revision_is_an_upgrade_script(pq) -> None:
+    # OPERATIONS.md's upgrade step says "--sql prints the DDL for review", but it
+    # always printed the DDL from an empty database: useless (and failing) for a
+    # database that is already at an older revision.
+    full = pq("migrate", "--sql")
+    assert full.returncode == 0 and "CREATE TABLE alembic_version" in full.stdout
+    r = pq("migrate", "--sql", "--from", "0013")
+    assert r.returncode == 0, r.stderr
+    assert "CREATE TABLE alembic_version" not in r.stdout
+    assert "CREATE TABLE pepsi.workqueue" not in r.stdout
+    bump = "UPDATE alembic_version SET version_num='0014' WHERE"
+    assert f"{bump} alembic_version.version_num = '0013'" in r.stdout
+    assert "Running upgrade 0013 -> 0014" in r.stderr
+    r = pq("migrate", "--from", "0013")
+    assert r.returncode == 2 and "--from needs --sql" in r.stderr, r.stderr

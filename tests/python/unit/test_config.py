@@ -98,6 +98,17 @@ def test_parse_time_rejects(text: str) -> None:
     assert "e.g. '500 ms'" in msg
 
 
+def test_parse_time_bounds() -> None:
+    assert parse_time("36500 d") == 36500 * 86400
+    assert parse_time("24 d") == 24 * 86400
+    assert "too long" in error_of(lambda: parse_time("36500 d 1 s"))
+
+
+def test_long_times_that_are_allowed(write: Write) -> None:
+    c = load_config(write("[pepsi-dispatch]\nPOLL_INTERVAL = 24 d\nEXPIRY = 3650 d\n"))
+    assert (c.dispatch.poll_interval, c.dispatch.expiry) == (24 * 86400, 3650 * 86400)
+
+
 def test_parse_time_names_unknown_unit() -> None:
     assert "unknown time unit 'parsecs'" in error_of(lambda: parse_time("5 parsecs"))
 
@@ -193,6 +204,10 @@ def test_empty_config_file_option_means_none(write: Write) -> None:
         ("EXPIRY", "soon", "not a time value"),
         ("MAX_RUNTIME", "5 mins please", "not a time value"),
         ("MAX_RUNTIME", "5 lightyears", "unknown time unit"),
+        # Past these, serve died of an internal error (exit 1) at run time.
+        ("POLL_INTERVAL", "30 d", "too long; at most 24 d"),
+        ("EXPIRY", "99999999999999 d", "too long; at most 36500 d"),
+        ("RETENTION", "9" * 400, "too long"),
         ("DB_POOL_SIZE", "0", "must be positive"),
         ("DB_POOL_SIZE", "8.5", "not a whole number"),
         ("DB_POOL_SIZE", "-1", "not a whole number"),
@@ -548,6 +563,10 @@ def test_bad_stage_name(write: Write, name: str) -> None:
         ("MAX_MESSAGES", "0", "must be positive"),
         ("MAX_MESSAGES", "many", "not a whole number"),
         ("MAX_RETRIES", "-1", "not a whole number"),
+        ("MAX_RETRIES", "2147483648", "out of range; use an integer from 0 to 2147483647"),
+        ("PARALLELISM", "9" * 5000, "out of range"),
+        ("RETRY_DELAY", "99999999999999 d", "too long; at most 36500 d"),
+        ("RETRY_DELAY_MAX", "36501 d", "too long"),
         ("PROGRAM", "", "must not be empty"),
     ],
 )
