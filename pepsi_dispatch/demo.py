@@ -143,7 +143,7 @@ def prepare(conn: psycopg.Connection) -> None:
     ok = conn.execute("SELECT to_regprocedure('pepsi.hop(bigint,text,text,bigint)')").fetchone()
     if not ok or ok[0] is None:
         raise SystemExit(
-            "demo: the database is not migrated to head; run: PEPSI_DSN=... alembic upgrade head"
+            "demo: the database is not migrated to head; run: PEPSI_DSN=... pepsi-queue migrate"
         )
     sys.path.insert(0, str(EXAMPLES))
     try:

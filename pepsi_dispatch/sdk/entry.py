@@ -100,7 +100,8 @@ def _stage_graph(config_path: str | None, conn: psycopg.Connection, stage: str) 
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
         raise _StartError(
             "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
-            " schema; run 'alembic upgrade head' with PEPSI_DSN set"
+            " schema; run 'pepsi-queue migrate' (or 'alembic upgrade head' in a"
+            " checkout) with PEPSI_DSN set to it"
         ) from None
     if successors is None or stage not in successors:
         # Every message would fail on its transition: touch none of them.
