@@ -108,3 +108,16 @@ def test_a_clean_stop_leaves_the_sentinel_nothing_to_kill(h: Harness, tmp_path: 
     finally:
         if grandchild and pid_alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_dead_sentinel_is_a_warning_and_the_dispatcher_serves_on(h: Harness) -> None:
+    conf = h.conf(h.pipeline(["a"]))
+    d = h.start(conf)
+    (sentinel,) = wait_until(lambda: sentinels_of(d.pid), 10, message="the sentinel")
+    os.kill(sentinel, signal.SIGKILL)
+    wait_until(lambda: "group sentinel exited" in d.log(), 10, message=lambda: d.tail())
+    wait_until(lambda: not pid_alive(sentinel), 10, message="the sentinel reaped")
+    h.enqueue("a", 3)
+    h.wait_all("done", timeout=30)
+    assert d.terminate() == 0
+    assert d.log().count("group sentinel") == 1, d.tail()
