@@ -34,8 +34,8 @@ from .failwatch import FailureWatch
 from .ledger import Ledger
 from .pipeline import Pipeline
 from .privileges import check_access, config_files, log_files
-from .process import become_subreaper
 from .sdnotify import Watchdog, notify
+from .sentinel import guard_process_tree
 from .signals import SelfPipe
 from .startup import open_database
 from .stats import Stats
@@ -145,8 +145,7 @@ class Dispatcher:
         )
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        # Runs between bytecodes of the main thread; only sets flags. The
-        # wakeup fd already woke the selector.
+        # Between bytecodes of the main thread; only sets flags (the wakeup fd woke the selector).
         if signum == signal.SIGCHLD:
             self.workers.reap_all = True
         elif signum == signal.SIGHUP:
@@ -159,7 +158,7 @@ class Dispatcher:
     def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
         self.signals.install(self.sel, self._on_signal)
-        become_subreaper()  # orphaned grandchildren of workers come to us, to be reaped
+        self.workers.sentinel = guard_process_tree()  # subreaper; kills groups if we die
         try:
             if self.signals_seen:  # stopped before start-up: nothing to clean up
                 log.info("stop signal before start-up: exiting")
@@ -202,6 +201,7 @@ class Dispatcher:
         finally:
             self.signals.restore()
             self.db.close()
+            self.workers.sentinel.close()
 
     def next_timeout(self, now: float) -> float:
         """Seconds until the earliest timer (INF: none)."""

@@ -22,7 +22,7 @@ import subprocess
 import termios
 import time
 from collections import deque
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 from .protocol import EXIT_NO_STAGE, MAX_LINE
 
@@ -244,6 +244,8 @@ class WorkerProcess:
         self.pid: int = self.proc.pid
         self.stage = stage
         self.generation = generation
+        #: called with its pid once its group is killed, before the reap (sentinel.py).
+        self.group_killed: Callable[[int], None] = lambda pgid: None
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
         self.stdin_fd: int | None = self.proc.stdin.fileno()
         self.stdout_fd: int | None = self.proc.stdout.fileno()
@@ -540,11 +542,13 @@ class WorkerProcess:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        self.group_killed(self.pid)
 
     def wait_dead(self) -> int:
         """SIGKILL and reap, blocking (a SIGKILLed child goes away in milliseconds)."""
         if self.proc.returncode is None:
             self.kill()
+            self.group_killed(self.pid)
             self.proc.wait()
         return self.proc.returncode
 

@@ -29,6 +29,7 @@ from .ledger import Ledger
 from .pool import StagePool, worker_env
 from .process import WorkerProcess, classify_exit, reap_orphans
 from .protocol import FAILED, OK, PROTOCOL_ERROR, Answer, parse_answer
+from .sentinel import GroupSentinel
 from .stats import Stats
 from .watchdogs import Watchdogs
 
@@ -71,6 +72,8 @@ class Supervisor:
         self.reap_all = False
         #: the watchdog table: pepsi_dispatch/watchdogs.py.
         self.watchdogs = Watchdogs(self)
+        #: kills the workers' groups if the dispatcher dies (started by the loop).
+        self.sentinel = GroupSentinel()
 
     # == pools ===================================================================
     def all(self) -> list[WorkerProcess]:
@@ -376,6 +379,8 @@ class Supervisor:
                 now, f"cannot start PROGRAM {pool.config.program!r}: {why} (rows stay pending)"
             )
             return None
+        self.sentinel.watch(w.pid)  # its pid is its process group id
+        w.group_killed = self.sentinel.forget
         pool.workers.append(w)
         if spare:
             pool.spares.add(w.pid)
@@ -528,7 +533,8 @@ class Supervisor:
             # As child subreaper: reap grandchildren that outlived their worker.
             reaped, worker_waiting = reap_orphans({w.pid for w in self.all()})
             for pid in reaped:
-                log.debug("reaped pid %d, an orphaned descendant of a worker", pid)
+                if not self.sentinel.reaped(pid):
+                    log.debug("reaped pid %d, an orphaned descendant of a worker", pid)
             if not worker_waiting:
                 return
 

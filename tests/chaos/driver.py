@@ -236,6 +236,14 @@ def descendants(pid: int, cmap: dict[int, list[int]] | None = None) -> list[int]
     return out
 
 
+def is_sentinel(pid: int) -> bool:
+    """A dispatcher's group sentinel (pepsi_dispatch/sentinel.py), not a worker."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "pepsi-sentinel"
+    except OSError:
+        return False
+
+
 def comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -527,8 +535,10 @@ QUEUE_LIMIT = 2
 
     # ---- faults
     def worker_pids(self, r: Replica) -> list[int]:
+        """The replica's workers: its children but its group sentinel."""
         cmap = children_map()
-        return cmap.get(r.proc.pid, []) if r.proc else []
+        kids = cmap.get(r.proc.pid, []) if r.proc else []
+        return [p for p in kids if not is_sentinel(p)]
 
     def fault(self, name: str) -> str:
         rng = self.rng

@@ -377,12 +377,15 @@ def enqueue(conn: psycopg.Connection, stage: str, n: int) -> list[int]:
 
 
 def children(pid: int) -> list[int]:
+    """Live worker children of ``pid`` (not its group sentinel, pepsi_dispatch/sentinel.py)."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
+                continue
+            if " (pepsi-sentinel) " in stat:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
             if int(fields[1]) == pid and fields[0] != "Z":
