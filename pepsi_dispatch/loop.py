@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: Retention: done rows deleted per purge_done call and calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
-INF = float("inf")
+INF, LONGEST_WAIT = float("inf"), 86400.0  # epoll takes no wait over ~24.8 days
 
 
 class ReloadCause(enum.Enum):
@@ -170,8 +170,8 @@ class Dispatcher:
             self.pipeline.requeue_at = now
             while True:
                 now = self.clock()
-                timeout = self.next_timeout(now)
-                events = self.sel.select(None if timeout == INF else max(0.0, timeout))
+                timeout = min(self.next_timeout(now), LONGEST_WAIT)
+                events = self.sel.select(max(0.0, timeout))
                 now = self.clock()
                 for key, _mask in events:
                     kind, w = key.data
