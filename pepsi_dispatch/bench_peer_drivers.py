@@ -356,54 +356,74 @@ def _graphile(dsn: str, folder: Path) -> dict[str, Peer]:
     return out
 
 
-def _procrastinate(dsn: str, folder: Path, py: str) -> dict[str, Peer]:
-    """procrastinate at concurrency 1 (its default) and 8."""
+def _python_peer(
+    dsn: str,
+    folder: Path,
+    py: str,
+    system: str,
+    settings: tuple[tuple[str, int], ...],
+    sql: tuple[str, str, str],
+) -> dict[str, Peer]:
+    """A Python peer driven by ``{system}_run.py DSN schema|enqueue N|work ARG``
+    in its own database: ``settings`` are (table key, ARG); ``sql`` is
+    (the table whose presence means the schema is there, "anything left?", clean)."""
     out: dict[str, Peer] = {}
-    pdsn = _dsn_for(dsn, "pepsi_peer_procrastinate")
-    script = str(folder / "procrastinate_run.py")
+    pdsn = _dsn_for(dsn, f"pepsi_peer_{system}")
+    script = str(folder / f"{system}_run.py")
+    table, left_sql, clean_sql = sql
     with psycopg.connect(pdsn, autocommit=True) as c:
-        if not c.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0]:  # type: ignore[index]
+        if not c.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0]:  # type: ignore[index]
             subprocess.run([py, script, pdsn, "schema", "0"], check=True)
 
-    def p_enqueue(n: int, pdsn: str = pdsn, script: str = script) -> None:
+    def enqueue(n: int, pdsn: str = pdsn, script: str = script) -> None:
         subprocess.run([py, script, pdsn, "enqueue", str(n)], check=True)
 
-    for label, conc in (("default (concurrency 1)", 1), ("concurrency 8", 8)):
-        out[f"procrastinate 3.10, {label}"] = Peer(
-            f"procrastinate {label}",
+    for key, arg in settings:
+        # "procrastinate 3.10, concurrency 8" -> "procrastinate concurrency 8"
+        out[key] = Peer(
+            f"{key.split(' ', 1)[0]} {key.split(', ', 1)[1]}",
             pdsn,
             lambda: None,
-            p_enqueue,
-            [py, script, pdsn, "work", str(conc)],
-            "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))",
-            "TRUNCATE procrastinate_jobs CASCADE",
+            enqueue,
+            [py, script, pdsn, "work", str(arg)],
+            left_sql,
+            clean_sql,
         )
     return out
+
+
+def _procrastinate(dsn: str, folder: Path, py: str) -> dict[str, Peer]:
+    """procrastinate at concurrency 1 (its default) and 8."""
+    return _python_peer(
+        dsn,
+        folder,
+        py,
+        "procrastinate",
+        (
+            ("procrastinate 3.10, default (concurrency 1)", 1),
+            ("procrastinate 3.10, concurrency 8", 8),
+        ),
+        (
+            "procrastinate_jobs",
+            "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))",
+            "TRUNCATE procrastinate_jobs CASCADE",
+        ),
+    )
 
 
 def _pgqueuer(dsn: str, folder: Path, py: str) -> dict[str, Peer]:
     """PgQueuer at batch size 10 (its default) and 100."""
-    out: dict[str, Peer] = {}
-    qdsn = _dsn_for(dsn, "pepsi_peer_pgqueuer")
-    script = str(folder / "pgqueuer_run.py")
-    with psycopg.connect(qdsn, autocommit=True) as c:
-        if not c.execute("SELECT to_regclass('pgqueuer')").fetchone()[0]:  # type: ignore[index]
-            subprocess.run([py, script, qdsn, "schema", "0"], check=True)
-
-    def q_enqueue(n: int, qdsn: str = qdsn, script: str = script) -> None:
-        subprocess.run([py, script, qdsn, "enqueue", str(n)], check=True)
-
-    for label, bs in (("default (batch 10)", 10), ("batch 100", 100)):
-        out[f"PgQueuer 1.6, {label}"] = Peer(
-            f"PgQueuer {label}",
-            qdsn,
-            lambda: None,
-            q_enqueue,
-            [py, script, qdsn, "work", str(bs)],
-            "SELECT EXISTS (SELECT 1 FROM pgqueuer)",
-            "TRUNCATE pgqueuer, pgqueuer_log",
-        )
-    return out
+    return _python_peer(
+        dsn,
+        folder,
+        py,
+        "pgqueuer",
+        (
+            ("PgQueuer 1.6, default (batch 10)", 10),
+            ("PgQueuer 1.6, batch 100", 100),
+        ),
+        ("pgqueuer", "SELECT EXISTS (SELECT 1 FROM pgqueuer)", "TRUNCATE pgqueuer, pgqueuer_log"),
+    )
 
 
 def pgbench_floor(dsn: str, clients: int = 8, seconds: int = 5) -> float:
