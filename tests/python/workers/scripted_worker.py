@@ -34,7 +34,11 @@ Every message is logged to --log FILE (appended, one line each, so it survives k
   START <id> <pid> <stage> <time_ns>    before any work on the message
   END <id> <pid> <stage> <time_ns>      after the transition committed, before answering
   RECV <id> <pid> <stage> <time_ns>     when the id was read from stdin
-  ANSWER <id> <pid> <stage> <time_ns>   after its answer was written
+  ANSWER <id> <pid> <stage> <time_ns>   logged after its answer was written, stamped just
+                                        before the write began: the dispatcher can only act on
+                                        the answer after that moment, so a second worker's RECV
+                                        never precedes it (a stamp taken after the write could,
+                                        when this process is descheduled between the two)
   QUEUE <pid> <n>                       n = ids written to this worker but not yet answered
                                         (sampled just before each answer, when it is largest)
   SPAWN <pid> <stage> <dispatcher_id> <argv...> / EXIT <pid> <reason>
@@ -111,6 +115,7 @@ class Input:
 def answer(inp: Input, wq_id: int, line: str, in_hand: int = 1, split: bool = False) -> None:
     inp.drain()
     log("QUEUE", os.getpid(), len(inp.lines) + in_hand)
+    before_write = time.monotonic_ns()
     if split:  # the answer line arrives in two pieces, 0.2 s apart
         sys.stdout.write(line[:1])
         sys.stdout.flush()
@@ -118,7 +123,7 @@ def answer(inp: Input, wq_id: int, line: str, in_hand: int = 1, split: bool = Fa
         line = line[1:]
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-    log("ANSWER", wq_id, os.getpid(), STAGE, time.monotonic_ns())
+    log("ANSWER", wq_id, os.getpid(), STAGE, before_write)
 
 
 class DB:
