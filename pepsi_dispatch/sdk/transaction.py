@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .pipe import exc_reason
-from .statements import MANY, SINGLE, Statement
+from .statements import FINISH_MANY, MANY, SINGLE, Statement
 
 if TYPE_CHECKING:
     from .ahead import ReadAhead
@@ -111,6 +111,18 @@ def columns(items: list[Deferred]) -> tuple[list[Any], ...]:
     return tuple(list(c) for c in zip(*(i.statement.params for i in items), strict=True))
 
 
+def finish_many_params(items: list[Deferred]) -> tuple[list[int], str, Any] | None:
+    """The ``pepsi.finish_many`` call that does what these finish statements do, or None.
+
+    It applies when they name one stage and one dispatcher and no id twice (a
+    repeated id would be finished once, and both statements would read as done).
+    """
+    ids, stages, dispatchers = columns(items)
+    if len(set(stages)) != 1 or len(set(dispatchers)) != 1 or len(set(ids)) != len(ids):
+        return None
+    return ids, stages[0], dispatchers[0]
+
+
 class GroupBatch:
     """Group commit's bookkeeping for one batch: the deferred statements, and the
     messages (by slot) whose row turned out lost when they were sent."""
@@ -131,10 +143,10 @@ class GroupBatch:
         """Drop the deferred statements of the message at ``slot``."""
         self.deferred = [d for d in self.deferred if d.slot != slot]
 
-    def note_results(self, items: list[Deferred], rows: list[Any]) -> None:
+    def note_results(self, items: list[Deferred], changed: list[bool]) -> None:
         """Record the messages whose statement changed nothing (the first one counts)."""
-        for item, row in zip(items, rows, strict=True):
-            if not (row and row[0]):
+        for item, ok in zip(items, changed, strict=True):
+            if not ok:
                 self.lost.setdefault(item.slot, item.statement.lost)
 
     def flush(self) -> None:
@@ -144,18 +156,30 @@ class GroupBatch:
             return
         try:
             with self.conn.pipeline():
-                cursors = [(self._send(kind, items), items) for kind, items in plan_flush(deferred)]
-            for cur, items in cursors:
-                self.note_results(items, cur.fetchall())
+                sent = [(self._send(kind, items), items) for kind, items in plan_flush(deferred)]
+            for results, items in sent:
+                self.note_results(items, results())
         except psycopg.Error as exc:
             if self.conn.broken:
                 raise
             raise BatchFailed(f"group commit batch failed: {exc_reason(exc)}") from exc
 
-    def _send(self, kind: str, items: list[Deferred]) -> psycopg.Cursor:
+    def _send(self, kind: str, items: list[Deferred]) -> Callable[[], list[bool]]:
+        """Queue the statement(s) of one group; what reads, after the pipeline, whether
+        each item changed its row."""
         if len(items) == 1:
-            return self.conn.execute(SINGLE[kind], items[0].statement.params)
-        return self.conn.execute(MANY[kind], columns(items))
+            cur = self.conn.execute(SINGLE[kind], items[0].statement.params)
+            return lambda: [bool(row and row[0]) for row in cur.fetchall()]
+        call = finish_many_params(items) if kind == "finish" else None
+        if call is not None:
+            cur = self.conn.execute(FINISH_MANY, call)
+            return lambda: _changed(call[0], {row[0] for row in cur.fetchall()})
+        cur = self.conn.execute(MANY[kind], columns(items))
+        return lambda: [bool(row and row[0]) for row in cur.fetchall()]
+
+
+def _changed(ids: list[int], done: set[int]) -> list[bool]:
+    return [i in done for i in ids]
 
 
 class Scope:

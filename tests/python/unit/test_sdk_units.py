@@ -38,7 +38,7 @@ from pepsi_dispatch.sdk.pipe import (
     write_answers,
 )
 from pepsi_dispatch.sdk.runner import RunnerState, StageRunner
-from pepsi_dispatch.sdk.statements import MANY, SINGLE, Statement, Statements
+from pepsi_dispatch.sdk.statements import FINISH_MANY, MANY, SINGLE, Statement, Statements
 from pepsi_dispatch.sdk.transaction import (
     CallMode,
     CommitMode,
@@ -49,6 +49,7 @@ from pepsi_dispatch.sdk.transaction import (
     Scope,
     call_mode,
     columns,
+    finish_many_params,
     plan_flush,
 )
 from pepsi_dispatch.sdk.transitions import Advance, Fail, Finish, Message, Pause, Refused
@@ -118,6 +119,8 @@ class FakeConn:
 
     def execute(self, sql: str, params: Any) -> FakeCursor:
         self.log.append((sql, params))
+        if sql == FINISH_MANY:  # the ids it changed
+            return FakeCursor([(i,) for i in params[0]] if self.result else [])
         if sql in MANY.values():
             return FakeCursor([(self.result,)] * len(params[0]))
         return FakeCursor([(self.result,)])
@@ -166,7 +169,7 @@ def test_group_batch_defers_forgets_and_notes_the_first_loss() -> None:
     batch.defer(stmt("finish", 2))
     batch.forget(1)
     assert [d.slot for d in batch.deferred] == [0, 0]
-    batch.note_results(batch.deferred, [(False,), (None,)])
+    batch.note_results(batch.deferred, [False, False])
     assert batch.lost == {0: "a lost"}
 
 
@@ -181,11 +184,47 @@ def test_group_batch_flush_sends_one_pipeline_single_or_over_arrays() -> None:
     batch.flush()
     assert conn.log[0] == "pipeline" and conn.log[-1] == "sync"
     assert conn.log[1] == (SINGLE["fail"], (3, "a", None))
-    assert conn.log[2] == (MANY["finish"], ([1, 2], ["a", "a"], [None, None]))
+    # finishes of one stage go through pepsi.finish_many: one set-based UPDATE
+    assert conn.log[2] == (FINISH_MANY, ([1, 2], "a", None))
     assert batch.lost == {0: "lost 1", 1: "lost 2", 2: "lost 3"}
     assert batch.deferred == []
     batch.flush()  # nothing deferred: nothing sent
     assert len(conn.log) == 4
+
+
+def test_finish_many_reports_each_id_it_did_not_change_as_lost() -> None:
+    class SomeFinished(FakeConn):
+        def execute(self, sql: str, params: Any) -> FakeCursor:
+            self.log.append((sql, params))
+            return FakeCursor([(2,)])  # of ids 1, 2, 3 only 2 was still ours
+
+    batch = GroupBatch(SomeFinished())
+    for slot, message_id in enumerate((1, 2, 3)):
+        batch.slot = slot
+        batch.defer(stmt("finish", message_id))
+    batch.flush()
+    assert batch.lost == {0: "lost 1", 2: "lost 3"}
+
+
+def test_finish_many_only_for_one_stage_one_dispatcher_and_distinct_ids() -> None:
+    def items(*params: tuple[Any, ...]) -> list[Deferred]:
+        return [Deferred(Statement("finish", p, "lost"), n) for n, p in enumerate(params)]
+
+    assert finish_many_params(items((1, "a", 7), (2, "a", 7))) == ([1, 2], "a", 7)
+    assert finish_many_params(items((1, "a", 7), (2, "b", 7))) is None  # after a fused hop
+    assert finish_many_params(items((1, "a", 7), (2, "a", 8))) is None
+    assert finish_many_params(items((1, "a", 7), (1, "a", 7))) is None  # one id twice
+
+
+def test_finish_of_several_stages_or_a_repeated_id_goes_row_by_row() -> None:
+    conn = FakeConn(result=False)
+    batch = GroupBatch(conn)
+    for slot, message_id in enumerate((4, 4)):
+        batch.slot = slot
+        batch.defer(stmt("finish", message_id))
+    batch.flush()
+    assert conn.log[1] == (MANY["finish"], ([4, 4], ["a", "a"], [None, None]))
+    assert batch.lost == {0: "lost 4", 1: "lost 4"}
 
 
 # --------------------------------------------------------------------------- scopes
