@@ -163,9 +163,12 @@ class StageRunner:
         conn = self.connection.conn
         loaded = load_batch(conn, lines)
         batch = GroupBatch(conn)
-        with conn.transaction():
+        try:
             answers, ending = self._group_messages(loaded, batch, attempt)
-            batch.flush()
+            batch.commit()
+        except BaseException:
+            batch.rollback()
+            raise
         for slot, lost in batch.lost.items():
             print(f"pepsi worker: {lost}", file=sys.stderr)
             answers[slot] = f"1 {one_line(lost)}"

@@ -124,8 +124,15 @@ def finish_many_params(items: list[Deferred]) -> tuple[list[int], str, Any] | No
 
 
 class GroupBatch:
-    """Group commit's bookkeeping for one batch: the deferred statements, and the
-    messages (by slot) whose row turned out lost when they were sent."""
+    """Group commit's bookkeeping for one batch: its transaction, the deferred
+    statements, and the messages (by slot) whose row turned out lost when they
+    were sent.
+
+    The transaction begins lazily. A batch whose handlers never touch
+    ``msg.db`` sends BEGIN, its deferred statements and COMMIT in one pipeline:
+    one round trip (:meth:`commit`). The first message that opens a savepoint
+    begins it at once (:meth:`open`), and the batch commits as before.
+    """
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
@@ -134,6 +141,36 @@ class GroupBatch:
         self.deferred: list[Deferred] = []
         #: slot -> the error of its first statement that changed nothing
         self.lost: dict[int, str] = {}
+        self._tx: psycopg.Transaction | None = None
+
+    def open(self) -> None:
+        """Make sure the batch's transaction has begun, then send what was deferred
+        so far, so that it runs before the savepoint about to be opened."""
+        if self._tx is None:
+            tx = self.conn.transaction()
+            tx.__enter__()
+            self._tx = tx
+        self.flush()
+
+    def commit(self) -> None:
+        """Send what is deferred and commit the batch (one round trip when the
+        transaction has not begun: BEGIN, the statements and COMMIT in one pipeline)."""
+        if self._tx is None:
+            self._send_all(bracket=True)
+            return
+        self.flush()
+        tx, self._tx = self._tx, None
+        tx.__exit__(None, None, None)
+
+    def rollback(self) -> None:
+        """Undo the batch (after an error), unless the connection is gone."""
+        tx, self._tx = self._tx, None
+        if self.conn.broken:
+            return
+        if tx is not None:
+            tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+        elif self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.conn.execute("ROLLBACK")  # a bracketed pipeline that failed midway
 
     def defer(self, statement: Statement) -> None:
         """Queue a statement of the current message."""
@@ -151,17 +188,27 @@ class GroupBatch:
 
     def flush(self) -> None:
         """Send the deferred statements in one pipeline; note rows lost."""
+        self._send_all(bracket=False)
+
+    def _send_all(self, bracket: bool) -> None:
+        """Send the deferred statements in one pipeline (between BEGIN and COMMIT
+        with ``bracket``); note rows lost."""
         deferred, self.deferred = self.deferred, []
         if not deferred:
             return
         try:
             with self.conn.pipeline():
+                if bracket:
+                    self.conn.execute("BEGIN")
                 sent = [(self._send(kind, items), items) for kind, items in plan_flush(deferred)]
+                if bracket:
+                    self.conn.execute("COMMIT")
             for results, items in sent:
                 self.note_results(items, results())
         except psycopg.Error as exc:
             if self.conn.broken:
                 raise
+            self.rollback()
             raise BatchFailed(f"group commit batch failed: {exc_reason(exc)}") from exc
 
     def _send(self, kind: str, items: list[Deferred]) -> Callable[[], list[bool]]:
@@ -207,7 +254,7 @@ class Scope:
         #: sends a statement run alone in autocommit with the next rows (sdk/ahead.py)
         self.ahead = ahead
         self._levels: list[psycopg.Transaction] = []
-        self._before_push: Callable[[], None] | None = batch.flush if batch else None
+        self._before_push: Callable[[], None] | None = batch.open if batch else None
 
     @property
     def depth(self) -> int:

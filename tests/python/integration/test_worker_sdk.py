@@ -587,3 +587,34 @@ def test_unmigrated_database_exits_2_with_a_hint(empty_dsn, conf, workers):
     err = w.stderr()
     assert "not migrated" in err and "alembic upgrade head" in err
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- group commit's batch, in process
+
+
+def test_group_batch_failing_midway_undoes_its_whole_pipeline(dsn, conn, did):
+    """The batch's BEGIN, statements and COMMIT go in one pipeline; an error in it
+    must undo what ran before the error and leave the connection out of any
+    transaction, ready for the next batch."""
+    from pepsi_dispatch.sdk.statements import Statement, Statements
+    from pepsi_dispatch.sdk.transaction import BatchFailed, GroupBatch
+    from pepsi_dispatch.sdk.transitions import Finish
+
+    a, b = enqueue_claimed(conn, did, {}, {})
+    s = Statements(did)
+    with psycopg.connect(dsn, autocommit=True) as work:
+        batch = GroupBatch(work)
+        batch.slot = 0
+        batch.defer(s.transition(a, "a", Finish()))  # runs, then is undone
+        batch.slot = 1
+        batch.defer(s.set_state(b, "a", '{"x": 1}'))
+        batch.defer(Statement("advance", (b, "a", "no such stage!", did), "lost"))  # raises
+        with pytest.raises(BatchFailed, match="group commit batch failed"):
+            batch.commit()
+        assert work.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert row(conn, a)["status"] == "running"
+        assert row(conn, b)["state"] in ({}, None)
+        again = GroupBatch(work)
+        again.defer(s.transition(a, "a", Finish()))
+        again.commit()
+    assert row(conn, a)["status"] == "done"

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -40,6 +41,7 @@ from pepsi_dispatch.sdk.pipe import (
 from pepsi_dispatch.sdk.runner import RunnerState, StageRunner
 from pepsi_dispatch.sdk.statements import FINISH_MANY, MANY, SINGLE, Statement, Statements
 from pepsi_dispatch.sdk.transaction import (
+    BatchFailed,
     CallMode,
     CommitMode,
     Deferred,
@@ -107,6 +109,7 @@ class FakeConn:
         self.log: list[Any] = []
         self.result = result
         self.broken = False
+        self.info = SimpleNamespace(transaction_status=psycopg.pq.TransactionStatus.IDLE)
 
     def transaction(self) -> FakeTx:
         return FakeTx(self)
@@ -117,7 +120,7 @@ class FakeConn:
         yield
         self.log.append("sync")
 
-    def execute(self, sql: str, params: Any) -> FakeCursor:
+    def execute(self, sql: str, params: Any = None) -> FakeCursor:
         self.log.append((sql, params))
         if sql == FINISH_MANY:  # the ids it changed
             return FakeCursor([(i,) for i in params[0]] if self.result else [])
@@ -264,13 +267,49 @@ def test_group_scope_defers_until_a_level_opens_then_flushes_first() -> None:
     scope = Scope(conn, CommitMode.GROUP, batch)
     scope.write(stmt("set_state", 1), Role.STEP)
     assert conn.log == [] and len(batch.deferred) == 1
-    scope.push()  # e.g. msg.db: the deferred statements go before the savepoint
-    assert conn.log[:3] == ["pipeline", (SINGLE["set_state"], (1, "a", None)), "sync"]
-    assert conn.log[3] == "begin"
+    scope.push()  # e.g. msg.db: the batch begins, the deferred statements go before the savepoint
+    assert conn.log[:4] == ["begin", "pipeline", (SINGLE["set_state"], (1, "a", None)), "sync"]
+    assert conn.log[4] == "begin"
     scope.write(stmt("finish", 1), Role.LAST)  # inside the savepoint now
-    assert conn.log[4] == (SINGLE["finish"], (1, "a", None))
+    assert conn.log[5] == (SINGLE["finish"], (1, "a", None))
     scope.rollback_to(0)
     assert conn.log[-1] == "rollback"
+    batch.commit()  # the batch's own transaction
+    assert conn.log[-1] == "commit"
+
+
+def test_group_batch_without_savepoints_commits_in_one_pipeline() -> None:
+    conn = FakeConn()
+    batch = GroupBatch(conn)
+    for slot, message_id in enumerate((1, 2)):
+        batch.slot = slot
+        Scope(conn, CommitMode.GROUP, batch).write(stmt("finish", message_id), Role.LAST)
+    assert conn.log == []
+    batch.commit()
+    assert conn.log == [
+        "pipeline",
+        ("BEGIN", None),
+        (FINISH_MANY, ([1, 2], "a", None)),
+        ("COMMIT", None),
+        "sync",
+    ]
+
+
+def test_group_batch_that_fails_in_its_pipeline_rolls_back_and_fails_the_batch() -> None:
+    class Failing(FakeConn):
+        @contextmanager
+        def pipeline(self) -> Iterator[None]:
+            self.log.append("pipeline")
+            yield
+            self.info.transaction_status = psycopg.pq.TransactionStatus.INERROR
+            raise psycopg.errors.DivisionByZero("boom")
+
+    conn = Failing()
+    batch = GroupBatch(conn)
+    batch.defer(stmt("finish", 1))
+    with pytest.raises(BatchFailed, match="boom"):
+        batch.commit()
+    assert conn.log[-1] == ("ROLLBACK", None)  # the BEGIN of the pipeline is undone
 
 
 def test_group_scope_needs_its_batch() -> None:
