@@ -184,6 +184,12 @@ OURS: dict[str, tuple[str, int, dict[str, str | None]]] = {
         2,
         {"QUEUE_LIMIT": "256", "MAX_MESSAGES": "1000000"},
     ),
+    # a worker that moves its whole buffer in one statement gains from deeper buffers
+    "pepsi-dispatch, throughput settings: pepsi.finish_many worker, P2 × Q1024": (
+        "finish-many",
+        2,
+        {"QUEUE_LIMIT": "1024", "MAX_MESSAGES": "1000000"},
+    ),
     "pepsi-dispatch, raw worker, P4 × Q64, shipped MAX_MESSAGES (1000)": (
         "raw",
         4,

@@ -88,5 +88,6 @@ def test_peers_bench_table_and_costs(h: Harness, capsys) -> None:
     assert "| pepsi-dispatch, throughput settings: raw worker, P4 × Q64 |" in out
     assert "| pepsi-dispatch, shipped defaults (SDK, PARALLELISM 4 only) |" in out
     assert "| pgbench floor: one-row-update commits, 8 clients (tps) |" in out
+    assert "| pgbench floor: one-row-update commits, 4 clients (tps) |" in out
     assert "per message (median of 1 runs" in out
     assert not (h.tmp / "peers").exists()  # nothing installed for our systems alone
