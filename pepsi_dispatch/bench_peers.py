@@ -109,7 +109,7 @@ def ours(
             ).fetchone()  # type: ignore[misc]
             if costs:
                 own, tree = tree_cpu(proc.pid)
-                per = Costs.per_message(c0, costs.snap(), n)
+                per = Costs.per_message(c0, costs.snap(settle=True), n)
                 per["dispatcher_cpu_us"] = own / n * 1e6
                 per["service_cpu_us"] = tree / n * 1e6
                 COSTS.setdefault(label, []).append(per)
