@@ -141,8 +141,12 @@ def tree_cpu(pid: int) -> tuple[float, float]:
     return own, total
 
 
+#: Seconds an idle backend may take to report its statistics (PostgreSQL 15: 10 s).
+SETTLE = 11.0
+
+
 class Costs:
-    """Server-wide counters around one drain: WAL (pg_stat_wal), commits, PostgreSQL CPU
+    """Server-wide counters around one drain: WAL, write commits, PostgreSQL CPU
     (the postmaster's process tree, when the server runs on this machine) and, when
     the pg_stat_statements extension is installed in the bench database, statement time."""
 
@@ -164,18 +168,20 @@ class Costs:
     def snap(self, settle: bool = False) -> dict[str, float]:
         """The counters now. ``settle``: first give the backends time to report.
 
-        WAL bytes come from the WAL insert position, exact at any moment. The
-        cumulative statistics (WAL records and fsyncs, commits) are reported by
-        each backend at most once a second, and by an idle one within about a
-        second: read right after a fast drain they miss most of it (a drain of
-        20,000 jobs in 0.7 s read as 0 WAL bytes per job), so the closing
-        snapshot waits 1.5 s first.
+        Two counters are exact at any moment: WAL bytes (the WAL insert
+        position) and write transactions (the next transaction id; every
+        commit that writes takes one). The cumulative statistics (WAL records
+        and fsyncs in pg_stat_wal) are reported by a busy backend at most once
+        a second and by an idle one within ``SETTLE`` seconds: read right after
+        a fast drain they missed most of it (a drain of 20,000 jobs in 0.7 s
+        read as 0 WAL bytes per job), so the closing snapshot waits first.
         """
+        pg_cpu = tree_cpu(self.postmaster)[1] if self.postmaster else float("nan")
         if settle:
-            time.sleep(1.5)
+            time.sleep(SETTLE)
         row = self.conn.execute(
             "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0'), wal_records, wal_sync,"
-            " wal_write, (SELECT sum(xact_commit) FROM pg_stat_database) FROM pg_stat_wal"
+            " wal_write, pg_snapshot_xmax(pg_current_snapshot())::text::numeric FROM pg_stat_wal"
         ).fetchone()
         assert row is not None
         out = {
@@ -184,7 +190,7 @@ class Costs:
             "fsyncs": float(row[2]),
             "wal_writes": float(row[3]),
             "commits": float(row[4]),
-            "pg_cpu": tree_cpu(self.postmaster)[1] if self.postmaster else float("nan"),
+            "pg_cpu": pg_cpu,  # read before the wait, which is idle time
         }
         if self.statements:
             out["stmt_ms"] = float(

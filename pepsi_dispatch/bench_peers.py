@@ -300,7 +300,7 @@ def _cost_table(runs: int) -> None:
         ("stmt_us", "statement time µs (pg_stat_statements)", 1),
         ("wal_bytes", "WAL bytes", 0),
         ("wal_records", "WAL records", 1),
-        ("commits", "commits", 2),
+        ("commits", "write commits", 2),
         ("fsyncs", "WAL fsyncs", 3),
     ]
     _say()
