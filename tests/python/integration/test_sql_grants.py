@@ -4,7 +4,8 @@ From migration 0014 on, no migration pastes GRANT/REVOKE statements and no
 function file carries grants: the highest grants.vN.sql is the complete set
 at head, run by the migration that introduced it.  These tests prove the file
 is complete (alone it rebuilds head's privileges from none, and undoes drift),
-that it names every API function, and that 0014's downgrade gives 0013 back.
+that it names every API function, and that the downgrades of 0014 and 0015
+give 0013 and 0014 back.
 """
 
 from __future__ import annotations
@@ -163,4 +164,26 @@ def test_0014_downgrade_restores_0013_exactly(empty_dsn: str) -> None:
         alembic(empty_dsn, "downgrade", "0013")
         assert snapshot(conn) == before, "downgrade 0014 leaves exactly what 0013 had"
         alembic(empty_dsn, "upgrade", "0014")
+        assert snapshot(conn) == after
+
+
+def test_0015_downgrade_restores_0014_exactly(empty_dsn: str) -> None:
+    """0015 adds advance_many and runs grants.v3.sql: no other ACL changes, only
+    pepsi_stage may call it, and downgrade (grants.v2.sql again) gives 0014 back."""
+    alembic(empty_dsn, "upgrade", "0014")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        before = snapshot(conn)
+        alembic(empty_dsn, "upgrade", "0015")
+        after = snapshot(conn)
+        assert {f for f in after["functions"] if f[0] != "advance_many"} == set(before["functions"])
+        assert {k: v for k, v in after.items() if k != "functions"} == {
+            k: v for k, v in before.items() if k != "functions"
+        }, "grants.v3.sql changes no ACL that 0014 had"
+        acls = {f[-1] for f in after["functions"] if f[0] == "advance_many"}
+        assert len(acls) == 1, acls
+        owner = next(iter(acls)).split("=")[0][1:]
+        assert acls == {f"{{{owner}=X/{owner},pepsi_stage=X/{owner}}}"}, acls
+        alembic(empty_dsn, "downgrade", "0014")
+        assert snapshot(conn) == before, "downgrade 0015 leaves exactly what 0014 had"
+        alembic(empty_dsn, "upgrade", "0015")
         assert snapshot(conn) == after
