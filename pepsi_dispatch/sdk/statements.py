@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from .pipe import one_line
 from .transitions import Advance, Finish, Pause, Refused, Transition
 
-__all__ = ["FINISH_MANY", "MANY", "SINGLE", "Statement", "Statements"]
+__all__ = ["ADVANCE_MANY", "FINISH_MANY", "MANY", "SINGLE", "Statement", "Statements"]
 
 # Each call with the types of its parameters; below, the same call as one
 # statement, and over arrays (group commit: many messages' calls in one statement).
@@ -55,6 +55,8 @@ MANY = {
 #: Finishes several rows of one stage in one set-based UPDATE (not one PL/pgSQL
 #: call and UPDATE per row): the ids it changed.
 FINISH_MANY = "SELECT pepsi.finish_many(%s::bigint[], %s::text, %s::bigint)"
+#: The same for advances of one stage to one stage (migration 0015).
+ADVANCE_MANY = "SELECT pepsi.advance_many(%s::bigint[], %s::text, %s::text, %s::bigint)"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .pipe import exc_reason
-from .statements import FINISH_MANY, MANY, SINGLE, Statement
+from .statements import ADVANCE_MANY, FINISH_MANY, MANY, SINGLE, Statement
 
 if TYPE_CHECKING:
     from .ahead import ReadAhead
@@ -123,6 +123,27 @@ def finish_many_params(items: list[Deferred]) -> tuple[list[int], str, Any] | No
     return ids, stages[0], dispatchers[0]
 
 
+def advance_many_params(items: list[Deferred]) -> tuple[list[int], str, str, Any] | None:
+    """The ``pepsi.advance_many`` call that does what these advance statements do, or None.
+
+    It applies when they name one stage, one target stage and one dispatcher and
+    no id twice (a repeated id would be advanced once, and both statements would
+    read as done).
+    """
+    ids, stages, targets, dispatchers = columns(items)
+    if len(set(ids)) != len(ids) or any(len(set(c)) != 1 for c in (stages, targets, dispatchers)):
+        return None
+    return ids, stages[0], targets[0], dispatchers[0]
+
+
+#: kind -> the set-based statement for a group of that kind, and its parameters
+#: (None when it does not apply): the ids it changed come back.
+SET_BASED: dict[str, tuple[str, Callable[[list[Deferred]], tuple[Any, ...] | None]]] = {
+    "finish": (FINISH_MANY, finish_many_params),
+    "advance": (ADVANCE_MANY, advance_many_params),
+}
+
+
 class GroupBatch:
     """Group commit's bookkeeping for one batch: its transaction, the deferred
     statements, and the messages (by slot) whose row turned out lost when they
@@ -217,10 +238,12 @@ class GroupBatch:
         if len(items) == 1:
             cur = self.conn.execute(SINGLE[kind], items[0].statement.params)
             return lambda: [bool(row and row[0]) for row in cur.fetchall()]
-        call = finish_many_params(items) if kind == "finish" else None
-        if call is not None:
-            cur = self.conn.execute(FINISH_MANY, call)
-            return lambda: _changed(call[0], {row[0] for row in cur.fetchall()})
+        sql, params_of = SET_BASED.get(kind, ("", None))
+        call = params_of(items) if params_of is not None else None
+        if call is not None:  # one set-based UPDATE: the ids it changed come back
+            ids = call[0]
+            cur = self.conn.execute(sql, call)
+            return lambda: _changed(ids, {row[0] for row in cur.fetchall()})
         cur = self.conn.execute(MANY[kind], columns(items))
         return lambda: [bool(row and row[0]) for row in cur.fetchall()]
 

@@ -618,3 +618,29 @@ def test_group_batch_failing_midway_undoes_its_whole_pipeline(dsn, conn, did):
         again.defer(s.transition(a, "a", Finish()))
         again.commit()
     assert row(conn, a)["status"] == "done"
+
+
+def test_group_batch_advances_of_one_stage_through_advance_many(dsn, conn, did):
+    """Advances of one stage to one stage are one pepsi.advance_many (migration 0015):
+    the rows still ours move on, the one another dispatcher holds is reported lost
+    for its message alone."""
+    from pepsi_dispatch.sdk.statements import Statements
+    from pepsi_dispatch.sdk.transaction import GroupBatch
+    from pepsi_dispatch.sdk.transitions import Advance
+
+    a, b = enqueue_claimed(conn, did, {}, {})
+    other = conn.execute("SELECT pepsi.register_dispatcher('other', 2, false)").fetchone()[0]
+    (theirs,) = enqueue_claimed(conn, other, {})
+    s = Statements(did)
+    with psycopg.connect(dsn, autocommit=True) as work:
+        batch = GroupBatch(work)
+        for slot, mid in enumerate((a, theirs, b)):
+            batch.slot = slot
+            batch.defer(s.transition(mid, "a", Advance("b")))
+        batch.commit()
+    assert list(batch.lost) == [1] and f"message {theirs} changed nothing" in batch.lost[1]
+    for mid in (a, b):
+        r = row(conn, mid)
+        moved = (r["stage"], r["status"], r["retries"], r["dispatcher_id"])
+        assert moved == ("b", "pending", 0, None)
+    assert row(conn, theirs)["status"] == "running" and row(conn, theirs)["stage"] == "a"

@@ -39,7 +39,14 @@ from pepsi_dispatch.sdk.pipe import (
     write_answers,
 )
 from pepsi_dispatch.sdk.runner import RunnerState, StageRunner
-from pepsi_dispatch.sdk.statements import FINISH_MANY, MANY, SINGLE, Statement, Statements
+from pepsi_dispatch.sdk.statements import (
+    ADVANCE_MANY,
+    FINISH_MANY,
+    MANY,
+    SINGLE,
+    Statement,
+    Statements,
+)
 from pepsi_dispatch.sdk.transaction import (
     BatchFailed,
     CallMode,
@@ -49,6 +56,7 @@ from pepsi_dispatch.sdk.transaction import (
     Role,
     RowLost,
     Scope,
+    advance_many_params,
     call_mode,
     columns,
     finish_many_params,
@@ -122,7 +130,7 @@ class FakeConn:
 
     def execute(self, sql: str, params: Any = None) -> FakeCursor:
         self.log.append((sql, params))
-        if sql == FINISH_MANY:  # the ids it changed
+        if sql in (FINISH_MANY, ADVANCE_MANY):  # the ids it changed
             return FakeCursor([(i,) for i in params[0]] if self.result else [])
         if sql in MANY.values():
             return FakeCursor([(self.result,)] * len(params[0]))
@@ -228,6 +236,68 @@ def test_finish_of_several_stages_or_a_repeated_id_goes_row_by_row() -> None:
     batch.flush()
     assert conn.log[1] == (MANY["finish"], ([4, 4], ["a", "a"], [None, None]))
     assert batch.lost == {0: "lost 4", 1: "lost 4"}
+
+
+def advance(message_id: int, to: str = "b", dispatcher: int | None = None) -> Statement:
+    return Statement("advance", (message_id, "a", to, dispatcher), f"lost {message_id}")
+
+
+def test_advances_of_one_stage_to_one_stage_go_through_advance_many() -> None:
+    conn = FakeConn(result=False)
+    batch = GroupBatch(conn)
+    for slot, message_id in enumerate((1, 2, 3)):
+        batch.slot = slot
+        batch.defer(advance(message_id))
+    batch.flush()
+    # one set-based UPDATE, not pepsi.advance per row over unnest
+    assert conn.log == ["pipeline", (ADVANCE_MANY, ([1, 2, 3], "a", "b", None)), "sync"]
+    assert batch.lost == {0: "lost 1", 1: "lost 2", 2: "lost 3"}
+
+
+def test_advance_many_reports_each_id_it_did_not_change_as_lost() -> None:
+    class SomeAdvanced(FakeConn):
+        def execute(self, sql: str, params: Any) -> FakeCursor:
+            self.log.append((sql, params))
+            return FakeCursor([(3,), (1,)])  # of ids 1, 2, 3 only 1 and 3 were still ours
+
+    conn = SomeAdvanced()
+    batch = GroupBatch(conn)
+    for slot, message_id in enumerate((1, 2, 3)):
+        batch.slot = slot
+        batch.defer(advance(message_id, dispatcher=7))
+    batch.flush()
+    assert conn.log[1] == (ADVANCE_MANY, ([1, 2, 3], "a", "b", 7))
+    assert batch.lost == {1: "lost 2"}
+
+
+def test_advance_many_only_for_one_stage_one_target_one_dispatcher_and_distinct_ids() -> None:
+    def items(*params: tuple[Any, ...]) -> list[Deferred]:
+        return [Deferred(Statement("advance", p, "lost"), n) for n, p in enumerate(params)]
+
+    assert advance_many_params(items((1, "a", "b", 7), (2, "a", "b", 7))) == (
+        [1, 2],
+        "a",
+        "b",
+        7,
+    )
+    assert advance_many_params(items((1, "a", "b", 7), (2, "x", "b", 7))) is None  # fused hop
+    assert advance_many_params(items((1, "a", "b", 7), (2, "a", "c", 7))) is None
+    assert advance_many_params(items((1, "a", "b", 7), (2, "a", "b", 8))) is None
+    assert advance_many_params(items((1, "a", "b", 7), (1, "a", "b", 7))) is None  # one id twice
+
+
+def test_advances_to_several_stages_or_a_repeated_id_go_row_by_row() -> None:
+    conn = FakeConn(result=True)
+    batch = GroupBatch(conn)
+    for slot, (message_id, to) in enumerate(((4, "b"), (5, "c"), (4, "b"))):
+        batch.slot = slot
+        batch.defer(advance(message_id, to))
+    batch.flush()
+    assert conn.log[1] == (
+        MANY["advance"],
+        ([4, 5, 4], ["a", "a", "a"], ["b", "c", "b"], [None, None, None]),
+    )
+    assert batch.lost == {}
 
 
 # --------------------------------------------------------------------------- scopes
