@@ -16,7 +16,7 @@ from .connection import EX_TEMPFAIL, ConnectionHolder, connector
 from .dispatch import HandlerDispatch, StageGraph
 from .pipe import protect_stdio
 from .runner import StageRunner
-from .statements import Statements
+from .statements import SET_BASED_FUNCTIONS, Statements
 from .transaction import CommitMode
 from .transitions import Handler
 
@@ -70,6 +70,21 @@ def retry_stages(conn: psycopg.Connection) -> frozenset[str]:
         ).fetchall()
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
         return frozenset()
+    return frozenset(r[0] for r in rows)
+
+
+def set_based_kinds(conn: psycopg.Connection) -> frozenset[str]:
+    """The transition kinds whose set-based function the database has and this role
+    may run. A worker of a newer package on a database not yet migrated (the window
+    of an upgrade) then sends those transitions row by row instead of failing its
+    batches."""
+    kinds, signatures = zip(*SET_BASED_FUNCTIONS.items(), strict=True)
+    rows = conn.execute(
+        "SELECT k FROM unnest(%s::text[], %s::text[]) AS f(k, sig)"
+        " WHERE to_regprocedure(sig) IS NOT NULL"
+        " AND has_function_privilege(to_regprocedure(sig), 'EXECUTE')",
+        (list(kinds), list(signatures)),
+    ).fetchall()
     return frozenset(r[0] for r in rows)
 
 
@@ -150,7 +165,10 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str])
             handlers, stage, graph, Statements(dispatcher_id), retry_stages(connection.conn)
         )
         mode = CommitMode.GROUP if group_commit else CommitMode.PER_MESSAGE
-        return _serve(StageRunner(dispatch, connection, mode, answer_fd, input_fd))
+        runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd)
+        if mode is CommitMode.GROUP:
+            runner.set_based = set_based_kinds(connection.conn)
+        return _serve(runner)
     finally:
         connection.close()
 

@@ -21,7 +21,7 @@ from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .dispatch import Attempt, HandlerDispatch, Loaded, load_batch
 from .pipe import LineReader, one_line, write_answers
-from .transaction import BatchFailed, CommitMode, GroupBatch, Scope
+from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
 __all__ = ["RunnerState", "StageRunner"]
 
@@ -59,6 +59,8 @@ class StageRunner:
         self.commit_mode = commit_mode
         self.answer_fd = answer_fd
         self.reader = LineReader(input_fd, self._before_read, self._after_read)
+        #: group commit: the kinds sent through a set-based function (sdk/entry.py)
+        self.set_based: frozenset[str] = frozenset(SET_BASED)
         # Two variables, not one: the main code writes only the phase and the
         # signal handler only the stop request, so neither can overwrite the
         # other's news between a test and a write.
@@ -162,7 +164,7 @@ class StageRunner:
         touch ``msg.db`` are deferred and sent together in one pipeline before the commit."""
         conn = self.connection.conn
         loaded = load_batch(conn, lines)
-        batch = GroupBatch(conn)
+        batch = GroupBatch(conn, self.set_based)
         try:
             answers, ending = self._group_messages(loaded, batch, attempt)
             batch.commit()

@@ -16,7 +16,15 @@ from psycopg.types.json import Jsonb
 from .pipe import one_line
 from .transitions import Advance, Finish, Pause, Refused, Transition
 
-__all__ = ["ADVANCE_MANY", "FINISH_MANY", "MANY", "SINGLE", "Statement", "Statements"]
+__all__ = [
+    "ADVANCE_MANY",
+    "FINISH_MANY",
+    "MANY",
+    "SET_BASED_FUNCTIONS",
+    "SINGLE",
+    "Statement",
+    "Statements",
+]
 
 # Each call with the types of its parameters; below, the same call as one
 # statement, and over arrays (group commit: many messages' calls in one statement).
@@ -57,6 +65,12 @@ MANY = {
 FINISH_MANY = "SELECT pepsi.finish_many(%s::bigint[], %s::text, %s::bigint)"
 #: The same for advances of one stage to one stage (migration 0015).
 ADVANCE_MANY = "SELECT pepsi.advance_many(%s::bigint[], %s::text, %s::text, %s::bigint)"
+#: kind -> the set-based function group commit uses for it, when the database has it
+#: (finish_many since migration 0011, advance_many since 0015).
+SET_BASED_FUNCTIONS = {
+    "finish": "pepsi.finish_many(bigint[], text, bigint)",
+    "advance": "pepsi.advance_many(bigint[], text, text, bigint)",
+}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ __all__ = [
     "HandlerScope",
     "Role",
     "RowLost",
+    "SET_BASED",
     "Scope",
     "call_mode",
     "plan_flush",
@@ -155,8 +156,12 @@ class GroupBatch:
     begins it at once (:meth:`open`), and the batch commits as before.
     """
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, set_based: frozenset[str] = frozenset(SET_BASED)
+    ) -> None:
         self.conn = conn
+        #: the kinds whose set-based function the database has (see sdk/entry.py)
+        self.set_based = set_based
         #: the slot of the message being processed
         self.slot = 0
         self.deferred: list[Deferred] = []
@@ -238,7 +243,7 @@ class GroupBatch:
         if len(items) == 1:
             cur = self.conn.execute(SINGLE[kind], items[0].statement.params)
             return lambda: [bool(row and row[0]) for row in cur.fetchall()]
-        sql, params_of = SET_BASED.get(kind, ("", None))
+        sql, params_of = SET_BASED[kind] if kind in self.set_based else ("", None)
         call = params_of(items) if params_of is not None else None
         if call is not None:  # one set-based UPDATE: the ids it changed come back
             ids = call[0]

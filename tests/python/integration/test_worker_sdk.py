@@ -644,3 +644,20 @@ def test_group_batch_advances_of_one_stage_through_advance_many(dsn, conn, did):
         moved = (r["stage"], r["status"], r["retries"], r["dispatcher_id"])
         assert moved == ("b", "pending", 0, None)
     assert row(conn, theirs)["status"] == "running" and row(conn, theirs)["stage"] == "a"
+
+
+def test_group_commit_on_a_database_without_advance_many_goes_row_by_row(
+    dsn, conf, did, workers, conn
+):
+    """A newer SDK on a database not yet migrated to advance_many (an upgrade's
+    window): its batches still advance, row by row, instead of failing."""
+    from pepsi_dispatch.sdk.entry import set_based_kinds
+
+    conn.execute("DROP FUNCTION pepsi.advance_many(bigint[], text, text, bigint)")
+    assert set_based_kinds(conn) == frozenset({"finish"})
+    ids = enqueue_claimed(conn, did, *({"a": {"op": "advance", "to": "b"}} for _ in range(3)))
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(*ids)
+    assert [w.answer() for _ in ids] == ["0", "0", "0"]
+    assert w.close() == 0
+    assert [(row(conn, i)["stage"], row(conn, i)["status"]) for i in ids] == [("b", "pending")] * 3

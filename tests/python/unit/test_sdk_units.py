@@ -846,3 +846,21 @@ def test_runner_serves_lines_read_ahead_in_turn_without_group_commit(mode: Commi
         assert os.read(answers_r, 100) == b"0\n" and runner.reader.lines() == [b"2"]
     for fd in (r, w, answers_r, answers_w):
         os.close(fd)
+
+
+def test_set_based_kinds_name_a_function_each() -> None:
+    from pepsi_dispatch.sdk.statements import SET_BASED_FUNCTIONS
+    from pepsi_dispatch.sdk.transaction import SET_BASED
+
+    assert set(SET_BASED) == set(SET_BASED_FUNCTIONS)
+
+
+def test_group_batch_without_the_set_based_functions_goes_row_by_row() -> None:
+    conn = FakeConn()
+    batch = GroupBatch(conn, frozenset())  # a database older than finish_many
+    for slot, message_id in enumerate((1, 2)):
+        batch.slot = slot
+        batch.defer(stmt("finish", message_id))
+    batch.flush()
+    assert conn.log[1] == (MANY["finish"], ([1, 2], ["a", "a"], [None, None]))
+    assert batch.lost == {}
