@@ -59,13 +59,42 @@ GET_MESSAGES = (
 )
 
 
+#: The row of a second copy of an id among lines loaded together: it was read
+#: before the first copy's transition, so it must be loaded again at its turn.
+RELOAD: tuple[Any, ...] = ("reload",)
+
+
 def loaded_lines(lines: list[bytes], rows: dict[int, tuple[Any, ...]]) -> list[Loaded]:
-    """The lines with the rows of their ids (``rows``: loaded by id)."""
+    """The lines with the rows of their ids (``rows``: loaded by id); a later copy
+    of an id gets :data:`RELOAD`, never the row read for the first."""
     out = []
+    seen: set[int] = set()
     for line in lines:
         i = parse_id(line)
-        out.append(Loaded(line, i, rows.get(i) if i is not None else None))
+        if i is None:
+            out.append(Loaded(line, None, None))
+        elif i in seen:
+            out.append(Loaded(line, i, RELOAD))
+        else:
+            seen.add(i)
+            out.append(Loaded(line, i, rows.get(i)))
     return out
+
+
+def distinct_runs(lines: list[bytes]) -> list[list[bytes]]:
+    """The lines cut into runs in which no id comes twice (a run ends before a
+    second copy), in order: each run can be loaded and committed as one batch."""
+    runs: list[list[bytes]] = [[]]
+    seen: set[int] = set()
+    for line in lines:
+        i = parse_id(line)
+        if i is not None and i in seen:
+            runs.append([])
+            seen = set()
+        if i is not None:
+            seen.add(i)
+        runs[-1].append(line)
+    return [run for run in runs if run]
 
 
 def load_batch(conn: psycopg.Connection, lines: list[bytes]) -> list[Loaded]:

@@ -19,7 +19,7 @@ import psycopg
 
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
-from .dispatch import Attempt, HandlerDispatch, Loaded, load_batch
+from .dispatch import RELOAD, Attempt, HandlerDispatch, Loaded, distinct_runs, load_batch
 from .pipe import LineReader, one_line, write_answers
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
@@ -118,6 +118,17 @@ class StageRunner:
         return 0
 
     def _run_batch(self, lines: list[bytes]) -> None:
+        """Process the lines. A group commit batch never holds one id twice: the
+        second copy starts the next batch, loaded after the first committed."""
+        if self.commit_mode is not CommitMode.GROUP:
+            self._run_lines(lines)
+            return
+        for run in distinct_runs(lines):
+            self._run_lines(run)
+            if self.state is RunnerState.STOPPING:
+                return
+
+    def _run_lines(self, lines: list[bytes]) -> None:
         """Process the lines; after a lost connection reconnect and redo what is unanswered."""
         attempt = Attempt.FIRST
         while True:
@@ -149,6 +160,8 @@ class StageRunner:
         todo = load_batch(conn, lines)
         while todo:
             for loaded in todo:
+                if loaded.row is RELOAD:  # a second copy: read after the first committed
+                    loaded = load_batch(conn, [loaded.line])[0]
                 scope = Scope(conn, ahead=ahead)
                 answer = self.dispatch.process(loaded, scope, attempt)
                 scope.commit()

@@ -661,3 +661,20 @@ def test_group_commit_on_a_database_without_advance_many_goes_row_by_row(
     assert [w.answer() for _ in ids] == ["0", "0", "0"]
     assert w.close() == 0
     assert [(row(conn, i)["stage"], row(conn, i)["status"]) for i in ids] == [("b", "pending")] * 3
+
+
+@pytest.mark.parametrize("extra", [(), ("--group-commit",)], ids=["single", "group-commit"])
+def test_one_id_written_twice_runs_its_handler_once(dsn, conf, did, workers, conn, extra):
+    """Both copies arrive in one read. The second copy's row is read after the first
+    copy committed: it is no longer running, so its handler does not run again."""
+    first, other = enqueue_claimed(
+        conn, did, {"a": {"op": "finish", "print": "handler ran"}}, {"a": {"op": "finish"}}
+    )
+    w = start(workers, dsn, conf, did, extra=extra)
+    w.send(first, other, first)
+    assert w.answer() == "0"
+    assert w.answer() == "0"
+    again = w.answer()
+    assert again == f"1 message {first} is not running at stage a (it is done at stage a)"
+    assert w.close() == 0
+    assert w.stderr().count("handler ran") == 1

@@ -864,3 +864,19 @@ def test_group_batch_without_the_set_based_functions_goes_row_by_row() -> None:
     batch.flush()
     assert conn.log[1] == (MANY["finish"], ([1, 2], ["a", "a"], [None, None]))
     assert batch.lost == {}
+
+
+def test_a_second_copy_of_an_id_is_never_given_the_row_read_for_the_first() -> None:
+    from pepsi_dispatch.sdk.dispatch import RELOAD, loaded_lines
+
+    row = (5, "a", "running", {}, {}, 0)
+    loaded = loaded_lines([b"5\n", b"x\n", b"6\n", b"5\n"], {5: row})
+    assert [item.row for item in loaded] == [row, None, None, RELOAD]
+
+
+def test_distinct_runs_cut_before_each_second_copy() -> None:
+    from pepsi_dispatch.sdk.dispatch import distinct_runs
+
+    lines = [b"1\n", b"2\n", b"x\n", b"1\n", b"3\n", b"3\n", b"x\n"]
+    assert distinct_runs(lines) == [[b"1\n", b"2\n", b"x\n"], [b"1\n", b"3\n"], [b"3\n", b"x\n"]]
+    assert distinct_runs([]) == []
