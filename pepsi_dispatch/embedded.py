@@ -185,6 +185,18 @@ def _create_database(home: Path, dbname: str) -> None:
             time.sleep(0.2)
 
 
+def is_running(base: Path) -> bool:
+    """Whether the cluster at `base` exists and its server is running."""
+    data = cluster_home(base) / "data"
+    if not (data / "PG_VERSION").exists():
+        return False
+    status = subprocess.run(
+        [*_as_server_user(), str(find_bindir() / "pg_ctl"), "-D", str(data), "status"],
+        capture_output=True,
+    )
+    return status.returncode == 0
+
+
 def stop(base: Path) -> None:
     """Stop the cluster at `base` if it is running."""
     home = cluster_home(base)

@@ -1,8 +1,10 @@
 """Run the pgTAP suite (tests/sql) with pg_prove against a fresh, migrated database.
 
 The cluster is $PEPSI_TEST_DSN when set, else the project's embedded cluster under
-.pepsi/. A database named pepsi_pgtap_<pid> is created, migrated with
-`alembic upgrade head`, given the pgtap extension, tested, and dropped.
+.pepsi/ (stopped again afterwards when this run started it, so `make test` in a
+fresh clone leaves no server running). A database named pepsi_pgtap_<pid> is
+created, migrated with `alembic upgrade head`, given the pgtap extension, tested,
+and dropped.
 """
 
 from __future__ import annotations
@@ -29,7 +31,19 @@ LIBPQ_ENV = {
 
 
 def main() -> int:
-    admin = os.environ.get("PEPSI_TEST_DSN") or embedded.start(ROOT / ".pepsi", "postgres")
+    if os.environ.get("PEPSI_TEST_DSN"):
+        return run_suite(os.environ["PEPSI_TEST_DSN"])
+    base = ROOT / ".pepsi"
+    started_here = not embedded.is_running(base)
+    try:
+        return run_suite(embedded.start(base, "postgres"))
+    finally:
+        if started_here:
+            embedded.stop(base)
+
+
+def run_suite(admin: str) -> int:
+    """Create, migrate and test a scratch database on the cluster of ``admin``; drop it."""
     name = f"pepsi_pgtap_{os.getpid()}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
