@@ -138,10 +138,7 @@ def start(base: Path, dbname: str = "pepsi", fast: bool = False) -> str:
         )
     run.mkdir(exist_ok=True)
     _chown_for_server(run)
-    status = subprocess.run(
-        [*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "status"], capture_output=True
-    )
-    if status.returncode != 0:
+    if not _server_running(data):
         options = f"-k {run} -c listen_addresses='' -c max_connections=200"
         if fast:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -188,8 +185,10 @@ def _create_database(home: Path, dbname: str) -> None:
 def is_running(base: Path) -> bool:
     """Whether the cluster at `base` exists and its server is running."""
     data = cluster_home(base) / "data"
-    if not (data / "PG_VERSION").exists():
-        return False
+    return (data / "PG_VERSION").exists() and _server_running(data)
+
+
+def _server_running(data: Path) -> bool:
     status = subprocess.run(
         [*_as_server_user(), str(find_bindir() / "pg_ctl"), "-D", str(data), "status"],
         capture_output=True,

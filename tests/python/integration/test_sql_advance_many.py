@@ -13,24 +13,13 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from test_sql_claim_plan import captured_plans
+from test_sql_finish_many import claimed
 
 
 def _nodes(plan: dict) -> Iterator[dict]:
     yield plan
     for child in plan.get("Plans", []):
         yield from _nodes(child)
-
-
-def _claimed(conn: psycopg.Connection, did: int, stage: str, n: int) -> list[int]:
-    ids = [
-        conn.execute("SELECT pepsi.enqueue(%s, '{}')", (stage,)).fetchone()[0]  # type: ignore[index]
-        for _ in range(n)
-    ]
-    got = conn.execute(
-        "SELECT workqueue_id FROM pepsi.claim(%s, %s, %s)", (did, [stage], [n])
-    ).fetchall()
-    assert sorted(r[0] for r in got) == sorted(ids)
-    return ids
 
 
 def _rows(conn: psycopg.Connection, ids: list[int]) -> list[tuple]:
@@ -46,8 +35,8 @@ def _rows(conn: psycopg.Connection, ids: list[int]) -> list[tuple]:
 
 def test_advance_many_advances_what_advance_would(conn: psycopg.Connection) -> None:
     did = conn.execute("SELECT pepsi.register_dispatcher('test', 1, false)").fetchone()[0]  # type: ignore[index]
-    ids = _claimed(conn, did, "a", 4)
-    other = _claimed(conn, did, "b", 1)
+    ids = claimed(conn, did, "a", 4)
+    other = claimed(conn, did, "b", 1)
     pending = conn.execute("SELECT pepsi.enqueue('a', '{}')").fetchone()[0]  # type: ignore[index]
     call = "SELECT * FROM pepsi.advance_many(%s, 'a', 'c', %s)"
     # a wrong holder changes nothing

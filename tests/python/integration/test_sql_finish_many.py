@@ -5,7 +5,8 @@ from __future__ import annotations
 import psycopg
 
 
-def _claimed(conn: psycopg.Connection, did: int, stage: str, n: int) -> list[int]:
+def claimed(conn: psycopg.Connection, did: int, stage: str, n: int) -> list[int]:
+    """Enqueue n rows at stage and claim them all for did: their ids."""
     ids = [
         conn.execute("SELECT pepsi.enqueue(%s, '{}')", (stage,)).fetchone()[0]  # type: ignore[index]
         for _ in range(n)
@@ -28,8 +29,8 @@ def _status(conn: psycopg.Connection, ids: list[int]) -> list[str]:
 
 def test_finish_many_finishes_what_finish_would(conn: psycopg.Connection) -> None:
     did = conn.execute("SELECT pepsi.register_dispatcher('test', 1, false)").fetchone()[0]  # type: ignore[index]
-    ids = _claimed(conn, did, "a", 4)
-    other = _claimed(conn, did, "b", 1)
+    ids = claimed(conn, did, "a", 4)
+    other = claimed(conn, did, "b", 1)
     pending = conn.execute("SELECT pepsi.enqueue('a', '{}')").fetchone()[0]  # type: ignore[index]
     # a wrong holder changes nothing
     assert conn.execute("SELECT pepsi.finish_many(%s, 'a', %s)", (ids, did + 1)).fetchall() == []

@@ -96,6 +96,19 @@ class Worker:
             self.proc.stdin.close()
         return self.proc.wait(timeout)
 
+    def wait_for_stderr(self, marker: bytes, timeout: float = 20.0) -> bytes:
+        """Wait until ``marker`` appears on the worker's stderr; what was read (it is
+        consumed)."""
+        assert self.proc.stderr is not None
+        seen = b""
+        deadline = time.monotonic() + timeout
+        while marker not in seen:
+            assert time.monotonic() < deadline, f"{marker!r} never reached stderr"
+            ready, _, _ = select.select([self.proc.stderr.fileno()], [], [], 1)
+            if ready:
+                seen += os.read(self.proc.stderr.fileno(), 4096)
+        return seen
+
     def stderr(self) -> str:
         if self.proc.poll() is None:
             return "(running)"
@@ -337,15 +350,7 @@ def test_sigterm_mid_message_finishes_it_then_exits(dsn, conf, did, workers, con
     )
     w = start(workers, dsn, conf, did, extra=extra)
     w.send(*ids)
-    # wait until the first handler runs (its print reaches stderr)
-    assert w.proc.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 20
-    while b"handler started" not in seen:
-        assert time.monotonic() < deadline, "handler never started"
-        ready, _, _ = select.select([w.proc.stderr.fileno()], [], [], 1)
-        if ready:
-            seen += os.read(w.proc.stderr.fileno(), 4096)
+    w.wait_for_stderr(b"handler started")  # the first handler runs
     w.proc.send_signal(signal.SIGTERM)
     assert w.answer() == "0"  # the message in hand is finished and answered
     assert w.answer() is None  # and the next one is not started
@@ -560,14 +565,7 @@ def test_lost_connection_reconnects_and_redoes_message(dsn, conf, did, workers, 
     )
     w = start(workers, dsn, conf, did, extra=extra)
     w.send(*ids)
-    assert w.proc.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 20
-    while b"handler started" not in seen:
-        assert time.monotonic() < deadline, "handler never started"
-        ready, _, _ = select.select([w.proc.stderr.fileno()], [], [], 1)
-        if ready:
-            seen += os.read(w.proc.stderr.fileno(), 4096)
+    seen = w.wait_for_stderr(b"handler started")
     killed = conn.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
         " WHERE application_name = 'pepsi-worker a' AND datname = current_database()"
