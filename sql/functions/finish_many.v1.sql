@@ -7,7 +7,8 @@
 --   returning false would.
 --   Writes: pepsi.workqueue (the rows finished).  Locks: those rows, in
 --   primary-key order.
---   Callers: pepsi_stage (SECURITY DEFINER), batch workers.
+--   Callers: pepsi_stage (SECURITY DEFINER), batch workers and the SDK's
+--   group commit (finishes of one stage, when the database has it).
 --
 -- Why (issue 9, migration 0011): a batch worker finishing its ids with
 --   pepsi.finish over unnest(ids) paid one PL/pgSQL call and one separately
