@@ -423,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--costs", action="store_true", help="--peers: per-message CPU, WAL, commits, fsyncs"
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="--peers: start each service on the waiting backlog and count its start-up"
+        " (default: the backlog arrives at a service already running)",
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
@@ -445,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             args.peers_only,
             args.costs,
+            warm=not args.cold,
         )
     workers = args.worker or (["sdk-gc"] if args.group_commit else ["sdk", "sdk-gc", "raw"])
     with psycopg.connect(dsn, autocommit=True) as conn:

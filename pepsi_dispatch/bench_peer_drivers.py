@@ -51,6 +51,7 @@ PROCRASTINATE_RUN = """
 import sys
 import procrastinate
 dsn, what, arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
+warm = sys.argv[4:] == ["warm"]
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
 
 @app.task(name="noop")
@@ -63,8 +64,8 @@ with app.open():
     elif what == "enqueue":
         for i in range(0, arg, 5000):
             noop.batch_defer(*[{} for _ in range(min(5000, arg - i))])
-    else:  # work: exit once the queue is empty
-        app.run_worker(concurrency=arg, wait=False, install_signal_handlers=False)
+    else:  # work: exit once the queue is empty; "warm": wait for jobs until stopped
+        app.run_worker(concurrency=arg, wait=warm, install_signal_handlers=False)
 """
 
 PGQUEUER_RUN = """
@@ -75,6 +76,7 @@ from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 from pgqueuer.types import QueueExecutionMode
 dsn, what, arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
+warm = sys.argv[4:] == ["warm"]
 
 async def main():
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
@@ -85,14 +87,15 @@ async def main():
         for i in range(0, arg, 5000):
             k = min(5000, arg - i)
             await Queries(driver).enqueue(["noop"] * k, [None] * k, [0] * k)
-    else:  # work: batch size arg, exit once drained
+    else:  # work: batch size arg, exit once drained ("warm": wait for jobs until stopped)
         qm = QueueManager(Queries(driver))
 
         @qm.entrypoint("noop")
         async def noop(job):
             return None
 
-        await qm.run(batch_size=arg, mode=QueueExecutionMode.drain)
+        mode = QueueExecutionMode.continuous if warm else QueueExecutionMode.drain
+        await qm.run(batch_size=arg, mode=mode)
     await conn.close()
 
 asyncio.run(main())
@@ -283,16 +286,23 @@ class Peer:
         self.name, self.dsn, self.prepare, self.enqueue = name, dsn, prepare, enqueue
         self.command, self.left_sql, self.clean_sql = command, left_sql, clean_sql
 
-    def drain(self, n: int, timeout: float, costs: Costs | None = None) -> float:
-        """Jobs per second of one drain of ``n`` jobs."""
+    def drain(self, n: int, timeout: float, costs: Costs | None = None, warm: bool = True) -> float:
+        """Jobs per second of one drain of ``n`` jobs.
+
+        ``warm``: the service is started on an empty queue and left to settle
+        (:func:`wait_idle`); the clock runs from the moment the backlog has been
+        enqueued to the last job done. Otherwise (cold) the backlog is enqueued
+        first and the clock runs from the service's start, start-up included.
+        """
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(self.clean_sql)
-            self.enqueue(n)
+            if not warm:
+                self.enqueue(n)
             conn.execute("VACUUM ANALYZE")
-            c0 = costs.snap() if costs else {}
+            c0 = costs.snap() if costs and not warm else {}
             t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
             proc = subprocess.Popen(
-                self.command,
+                self.command + (["warm"] if warm else []),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -300,6 +310,13 @@ class Peer:
             )
             deadline = time.monotonic() + timeout
             try:
+                cpu0 = 0.0
+                if warm:
+                    wait_idle(proc, self.name)
+                    cpu0 = tree_cpu(proc.pid)[1]
+                    self.enqueue(n)
+                    t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+                    c0 = costs.snap() if costs else {}
                 while conn.execute(self.left_sql).fetchone()[0]:  # type: ignore[index]
                     if proc.poll() is not None and proc.returncode != 0:
                         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -311,7 +328,7 @@ class Peer:
                 if costs:
                     own, tree = tree_cpu(proc.pid)
                     per = Costs.per_message(c0, costs.snap(settle=True), n)
-                    per["service_cpu_us"] = tree / n * 1e6
+                    per["service_cpu_us"] = (tree - cpu0) / n * 1e6
                     COSTS.setdefault(self.name, []).append(per)
             finally:
                 if proc.poll() is None:
@@ -322,6 +339,27 @@ class Peer:
                         proc.kill()
                         proc.wait()
         return n / (t1 - t0).total_seconds()
+
+
+def wait_idle(
+    proc: subprocess.Popen[Any], name: str, quiet: float = 0.3, timeout: float = 60
+) -> None:
+    """Return once ``proc`` runs and its process tree has used no CPU for ``quiet``
+    seconds: the service has started and waits for work. Raise if it exits first."""
+    start = time.monotonic()
+    last, since = tree_cpu(proc.pid)[1], start
+    while True:
+        time.sleep(0.05)
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise SystemExit(f"bench: {name} exited {proc.returncode} while starting: {err}")
+        now, cpu = time.monotonic(), tree_cpu(proc.pid)[1]
+        if cpu != last:
+            last, since = cpu, now
+        elif now - since >= quiet and now - start >= 2 * quiet:
+            return
+        if now - start > timeout:
+            raise SystemExit(f"bench: {name} still busy {timeout:.0f} s after its start")
 
 
 def peers(dsn: str, folder: Path, have: dict[str, bool]) -> dict[str, Peer]:

@@ -92,4 +92,5 @@ def test_peers_bench_table_and_costs(h: Harness, capsys, monkeypatch) -> None:
     assert "| pgbench floor: one-row-update commits, 8 clients (tps) |" in out
     assert "| pgbench floor: one-row-update commits, 4 clients (tps) |" in out
     assert "per message (median of 1 runs" in out
+    assert "at a service already running and idle" in out  # the default clock
     assert not (h.tmp / "peers").exists()  # nothing installed for our systems alone
