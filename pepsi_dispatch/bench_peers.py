@@ -186,6 +186,12 @@ OURS: dict[str, tuple[str, int, dict[str, str | None]]] = {
         4,
         _DEFAULTS,
     ),
+    # the price of recycling at shipped defaults: the row above, never recycled
+    "pepsi-dispatch, raw worker, shipped QUEUE_LIMIT (4), MAX_MESSAGES 1,000,000": (
+        "raw",
+        4,
+        {"QUEUE_LIMIT": None, "MAX_MESSAGES": "1000000"},
+    ),
     "pepsi-dispatch, throughput settings: raw worker, P4 × Q64": ("raw", 4, _TUNED),
     "pepsi-dispatch, throughput settings: raw worker, P2 × Q256": (
         "raw",
