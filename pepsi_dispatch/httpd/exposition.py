@@ -106,6 +106,13 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
         "Dispatchers whose heartbeat is younger than 3 heartbeat intervals.",
         value=sum(1 for d in dispatchers if d.get("live")),
     )
+    if "dispatcher_session" in snap:  # migration 0016
+        yield GaugeMetricFamily(
+            "pepsi_dispatcher_session",
+            "1 while a session holds the dispatcher lock (a dispatcher is connected and"
+            " serving); 0 at once when it is killed, while its heartbeat still looks fresh.",
+            value=1 if snap["dispatcher_session"] else 0,
+        )
     yield from _dispatcher_families(dispatchers)
 
 

@@ -2,7 +2,8 @@
 
 Routes:
   GET  /metrics            Prometheus text (exposition.py)
-  GET  /healthz            200 "ok" while the database answers and a dispatcher is live, else 503
+  GET  /healthz            200 "ok" while the database answers and a dispatcher is live
+                           (a fresh heartbeat, and a session holding the dispatcher lock), else 503
   GET  /, /failures, /message/ID   the dashboard (one page, static/app.js renders the route)
   GET  /static/NAME        our own JS and CSS (package data; no CDN)
   GET  /api/overview, /api/failures?reason=&stage=, /api/message/ID   JSON for the dashboard
@@ -160,6 +161,14 @@ class Handler(BaseHTTPRequestHandler):
         live = [d for d in snap.data.get("dispatchers") or [] if d.get("live")]
         if not live:
             self._text(503, "no live dispatcher heartbeat\n")
+            return
+        # (Absent before migration 0016: the heartbeat alone decides, as it did.)
+        if not snap.data.get("dispatcher_session", True):
+            self._text(
+                503,
+                "no dispatcher session: no one holds the dispatcher lock, though a heartbeat"
+                " is recent (a dispatcher killed, or reconnecting)\n",
+            )
             return
         self._text(200, f"ok: {len(live)} live dispatcher(s)\n")
 

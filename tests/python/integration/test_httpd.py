@@ -15,6 +15,8 @@ from httpd_harness import Httpd
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
+from pepsi_dispatch.db import LOCK_KEY
+
 
 @pytest.fixture
 def httpds() -> Iterator[list[Httpd]]:
@@ -168,7 +170,42 @@ def test_healthz(h: Harness, httpds: list[Httpd]) -> None:
     )
     assert srv.get("/healthz")[0] == 503
     h.conn.execute("UPDATE pepsi.dispatchers SET heartbeat_at = now()")
-    wait_until(lambda: srv.get("/healthz")[0] == 200, 5, 0.1, "a fresh heartbeat is live again")
+    # A fresh heartbeat with no session holding the dispatcher lock: still 503.
+    wait_until(
+        lambda: srv.get("/healthz")[2].startswith("no dispatcher session"),
+        5,
+        0.1,
+        "a heartbeat without a session is not live",
+    )
+    h.conn.execute("SELECT pg_advisory_lock_shared(%s)", (LOCK_KEY,))  # as a replica does
+    try:
+        wait_until(lambda: srv.get("/healthz")[0] == 200, 5, 0.1, "heartbeat and session: live")
+    finally:
+        h.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (LOCK_KEY,))
+
+
+def test_healthz_turns_503_at_once_when_the_dispatcher_is_killed(
+    h: Harness, httpds: list[Httpd]
+) -> None:
+    """SIGKILL leaves a fresh heartbeat behind (it would stay 'live' for 3 intervals,
+    at least 10 s); the dispatcher's sessions, and the lock they hold, go at once."""
+    conf = conf_fast(h)
+    srv = Httpd(conf, h.dsn, h.tmp / "httpd.log")
+    httpds.append(srv)
+    d = h.start(conf)
+    wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 with a dispatcher")
+    m = scrape(srv)
+    assert m["pepsi_dispatcher_session"][("pepsi_dispatcher_session",)] == 1
+    d.kill9()
+    t0 = time.monotonic()
+    wait_until(lambda: srv.get("/healthz")[0] == 503, 5, 0.1, "healthz 503 after SIGKILL")
+    took = time.monotonic() - t0
+    status, _, body = srv.get("/healthz")
+    assert status == 503 and body.startswith("no dispatcher session"), body
+    assert took < 5, took  # the heartbeat alone would have kept it 200 for >= 10 s
+    m = scrape(srv)
+    assert m["pepsi_dispatcher_session"][("pepsi_dispatcher_session",)] == 0
+    assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 1  # the heartbeat's view
 
 
 def test_healthz_and_metrics_without_database(tmp_path: Path, httpds: list[Httpd]) -> None:
