@@ -99,6 +99,12 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
     for stage, is_paused in sorted(paused.items()):
         fam.add_metric([stage], 1 if is_paused else 0)
     yield fam
+    yield from _liveness_families(snap)
+    yield from _dispatcher_families(snap.get("dispatchers") or [])
+
+
+def _liveness_families(snap: dict[str, Any]) -> Iterator[Metric]:
+    """Registered and live dispatchers, and whether a session serves the database."""
     dispatchers = snap.get("dispatchers") or []
     yield GaugeMetricFamily("pepsi_dispatchers", "Registered dispatchers.", value=len(dispatchers))
     yield GaugeMetricFamily(
@@ -113,7 +119,6 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
             " serving); 0 at once when it is killed, while its heartbeat still looks fresh.",
             value=1 if snap["dispatcher_session"] else 0,
         )
-    yield from _dispatcher_families(dispatchers)
 
 
 def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
