@@ -121,9 +121,11 @@ SQL_FLUSH_STATS: Final = (
     " %(stage_runs)s::bigint, %(messages)s::bigint, %(requeued)s::bigint, %(expired)s::bigint)"
 )
 # Backends holding the dispatcher lock (an advisory lock on a bigint key is
-# (classid, objid) = (high, low) 32 bits, objsubid 1).
+# (classid, objid) = (high, low) 32 bits, objsubid 1) in this database: advisory
+# locks are per database, and another database's dispatcher holds the same key.
 SQL_LOCK_PIDS: Final = (
     "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1"
 )
 SQL_TERMINATE: Final = "SELECT pg_terminate_backend(%s::int)"

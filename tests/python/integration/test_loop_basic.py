@@ -278,6 +278,32 @@ def test_reconnect_takes_the_lock_back_from_our_own_old_session(
         old.close()
 
 
+def test_lock_pids_sees_only_this_database(
+    dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Advisory locks are per database: a dispatcher of another database on the same
+    server holds the same key. On a reconnect its session must not read as "another
+    session holds our lock" (the dispatcher would give up serving)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from pepsi_dispatch.db import LOCK_KEY
+
+    other_db = f"pepsi_lock_other_{os.getpid()}"
+    conn.execute(f'DROP DATABASE IF EXISTS "{other_db}"')
+    conn.execute(f'CREATE DATABASE "{other_db}"')
+    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+    params["dbname"] = other_db
+    d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
+    try:
+        with psycopg.connect(make_conninfo(**params), autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+            other_pid = other.info.backend_pid
+            assert d.db.lock_pids() == {d.db.listen_pid()}, f"{other_pid} is another database's"
+    finally:
+        d.db.close()
+        conn.execute(f'DROP DATABASE IF EXISTS "{other_db}"')
+
+
 def test_lock_really_lost_on_reconnect_still_flushes_stats(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
