@@ -112,36 +112,25 @@ def columns(items: list[Deferred]) -> tuple[list[Any], ...]:
     return tuple(list(c) for c in zip(*(i.statement.params for i in items), strict=True))
 
 
-def finish_many_params(items: list[Deferred]) -> tuple[list[int], str, Any] | None:
-    """The ``pepsi.finish_many`` call that does what these finish statements do, or None.
+def one_call_params(items: list[Deferred]) -> tuple[Any, ...] | None:
+    """The set-based call that does what these statements of one kind do, or None.
 
-    It applies when they name one stage and one dispatcher and no id twice (a
-    repeated id would be finished once, and both statements would read as done).
+    Their first parameter is the row's id, the others (stage, target stage,
+    dispatcher) must be the same in all of them; the call takes the ids as an
+    array and each other parameter once. It does not apply to an id named
+    twice: that row would change once, and both statements would read as done.
     """
-    ids, stages, dispatchers = columns(items)
-    if len(set(stages)) != 1 or len(set(dispatchers)) != 1 or len(set(ids)) != len(ids):
+    ids, *others = columns(items)
+    if len(set(ids)) != len(ids) or any(len(set(c)) != 1 for c in others):
         return None
-    return ids, stages[0], dispatchers[0]
+    return (ids, *(c[0] for c in others))
 
 
-def advance_many_params(items: list[Deferred]) -> tuple[list[int], str, str, Any] | None:
-    """The ``pepsi.advance_many`` call that does what these advance statements do, or None.
-
-    It applies when they name one stage, one target stage and one dispatcher and
-    no id twice (a repeated id would be advanced once, and both statements would
-    read as done).
-    """
-    ids, stages, targets, dispatchers = columns(items)
-    if len(set(ids)) != len(ids) or any(len(set(c)) != 1 for c in (stages, targets, dispatchers)):
-        return None
-    return ids, stages[0], targets[0], dispatchers[0]
-
-
-#: kind -> the set-based statement for a group of that kind, and its parameters
-#: (None when it does not apply): the ids it changed come back.
-SET_BASED: dict[str, tuple[str, Callable[[list[Deferred]], tuple[Any, ...] | None]]] = {
-    "finish": (FINISH_MANY, finish_many_params),
-    "advance": (ADVANCE_MANY, advance_many_params),
+#: kind -> the set-based statement for a group of that kind (its parameters:
+#: :func:`one_call_params`); the ids it changed come back.
+SET_BASED: dict[str, str] = {
+    "finish": FINISH_MANY,  # finish_many(ids, stage, dispatcher_id)
+    "advance": ADVANCE_MANY,  # advance_many(ids, stage, to_stage, dispatcher_id)
 }
 
 
@@ -243,11 +232,10 @@ class GroupBatch:
         if len(items) == 1:
             cur = self.conn.execute(SINGLE[kind], items[0].statement.params)
             return lambda: [bool(row and row[0]) for row in cur.fetchall()]
-        sql, params_of = SET_BASED[kind] if kind in self.set_based else ("", None)
-        call = params_of(items) if params_of is not None else None
+        call = one_call_params(items) if kind in self.set_based else None
         if call is not None:  # one set-based UPDATE: the ids it changed come back
             ids = call[0]
-            cur = self.conn.execute(sql, call)
+            cur = self.conn.execute(SET_BASED[kind], call)
             return lambda: _changed(ids, {row[0] for row in cur.fetchall()})
         cur = self.conn.execute(MANY[kind], columns(items))
         return lambda: [bool(row and row[0]) for row in cur.fetchall()]

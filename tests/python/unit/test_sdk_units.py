@@ -56,12 +56,12 @@ from pepsi_dispatch.sdk.transaction import (
     Role,
     RowLost,
     Scope,
-    advance_many_params,
     call_mode,
     columns,
-    finish_many_params,
     plan_flush,
 )
+from pepsi_dispatch.sdk.transaction import one_call_params as advance_many_params
+from pepsi_dispatch.sdk.transaction import one_call_params as finish_many_params
 from pepsi_dispatch.sdk.transitions import Advance, Fail, Finish, Message, Pause, Refused
 
 # --------------------------------------------------------------------------- call modes
