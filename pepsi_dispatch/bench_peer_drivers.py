@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -312,11 +312,9 @@ class Peer:
             try:
                 cpu0 = 0.0
                 if warm:
-                    wait_idle(proc, self.name)
-                    cpu0 = tree_cpu(proc.pid)[1]
-                    self.enqueue(n)
-                    t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-                    c0 = costs.snap() if costs else {}
+                    (_, cpu0), t0, c0, _ = backlog_arrives(
+                        conn, proc, self.name, lambda: self.enqueue(n), costs
+                    )
                 while conn.execute(self.left_sql).fetchone()[0]:  # type: ignore[index]
                     if proc.poll() is not None and proc.returncode != 0:
                         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -339,6 +337,35 @@ class Peer:
                         proc.kill()
                         proc.wait()
         return n / (t1 - t0).total_seconds()
+
+
+class Arrival(NamedTuple):
+    """The moment a backlog arrived at a running service (see :func:`backlog_arrives`)."""
+
+    #: (own, whole tree) CPU seconds of the service's process before the backlog
+    cpu: tuple[float, float]
+    #: the database clock right after the backlog's commit: the drain's clock starts
+    t0: Any
+    #: the cost counters then ({} without a meter)
+    counters: dict[str, float]
+    #: what the enqueue returned
+    enqueued: Any
+
+
+def backlog_arrives(
+    conn: psycopg.Connection,
+    proc: subprocess.Popen[Any],
+    name: str,
+    enqueue: Callable[[], Any],
+    costs: Costs | None,
+) -> Arrival:
+    """Wait until the service ``proc`` is idle, then enqueue the backlog and read
+    the clock and the counters right after its commit."""
+    wait_idle(proc, name)
+    cpu = tree_cpu(proc.pid)
+    enqueued = enqueue()
+    t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+    return Arrival(cpu, t0, costs.snap() if costs else {}, enqueued)
 
 
 def wait_idle(

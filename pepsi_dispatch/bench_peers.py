@@ -37,11 +37,11 @@ from pepsi_dispatch.bench_peer_drivers import (
     GRAPHILE_VERSION,
     Costs,
     _say,
+    backlog_arrives,
     install,
     peers,
     pgbench_floor,
     tree_cpu,
-    wait_idle,
 )
 
 SDK_DEFAULT_WORKER = """#!{python}
@@ -108,12 +108,14 @@ def ours(
         try:
             own0 = cpu0 = 0.0
             if warm:
-                wait_idle(proc, "pepsi-dispatch")
-                own0, cpu0 = tree_cpu(proc.pid)
-                with conn.transaction():  # the whole backlog arrives at one commit
-                    ids = bench.enqueue_many(conn, stages[0], ({"n": i} for i in range(n)))
-                t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-                c0 = costs.snap() if costs else {}
+
+                def enqueue() -> list[int]:
+                    with conn.transaction():  # the whole backlog arrives at one commit
+                        return bench.enqueue_many(conn, stages[0], ({"n": i} for i in range(n)))
+
+                (own0, cpu0), t0, c0, ids = backlog_arrives(
+                    conn, proc, "pepsi-dispatch", enqueue, costs
+                )
             _wait_drained(conn, proc, stages[0], timeout)
             t1, bad = conn.execute(
                 "SELECT max(updated_at), count(*) FILTER (WHERE status <> 'done')"
