@@ -57,7 +57,8 @@ SELECT is(:'snap'::jsonb -> 'stage_stats' -> 0 ->> 'processed', '5', 'snapshot: 
 SELECT ok(:'snap'::jsonb -> 'totals' ? 'stage_runs', 'snapshot: global totals');
 SELECT is(:'snap'::jsonb -> 'dispatchers' -> 0 ->> 'live', 'true', 'snapshot: a fresh heartbeat is live');
 SELECT is(:'snap'::jsonb -> 'failure_reasons' -> 0,
-          jsonb_build_object('stage', 'b', 'reason', 'boom', 'count', 2, 'newest_id', :f2),
+          jsonb_build_object('stage', 'b', 'reason', 'boom', 'count', 2, 'newest_id', :f2,
+                             'raw', jsonb_build_array(jsonb_build_object('reason', 'boom', 'count', 2))),
           'snapshot: failures grouped by reason, largest group first');
 UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '11 s' WHERE dispatcher_id = :d;
 SELECT is(pepsi.dashboard_snapshot() -> 'dispatchers' -> 0 ->> 'live', 'false',
