@@ -18,7 +18,7 @@ help:
 	@echo "make test      pg_prove tests/sql + pytest tests/python"
 	@echo "make test-unit the unit tests only (tests/python/unit: no database, seconds)"
 	@echo "make bench     throughput/latency benchmark"
-	@echo "make lint      ruff"
+	@echo "make lint      ruff, and the package's layers (import-linter)"
 	@echo "make chaos     randomized fault soak, both modes (CHAOS_SECONDS=300 per mode, CHAOS_SEED, CHAOS_FAULTS)"
 	@echo "make failover  primary + synchronous hot standby; promote under load (tests/chaos/failover.py)"
 	@echo "make man       man/*.1, man/*.5 from --help and docs/CONFIG.md (the wheel installs them)"
@@ -54,19 +54,19 @@ install: $(STAMP)
 
 # Prints the DSN it used as its last line.
 db: install system-deps
-	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi)}"; \
+	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi)}"; \
 	$(MIGRATE) \
 	echo "$$dsn"
 
 stop-db:
-	@$(PY) -m pepsi_dispatch.embedded stop .pepsi
+	@$(PY) -m pepsi_dispatch.devtools.embedded stop .pepsi
 
 demo-stop: stop-db
 
 demo: install system-deps
-	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_demo)}"; \
+	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi --dbname pepsi_demo)}"; \
 	$(MIGRATE) \
-	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.demo; \
+	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.devtools.demo; \
 	if [ -z "$${PEPSI_DSN:-}" ]; then echo "The embedded PostgreSQL under .pepsi/ is still running; stop it with: make demo-stop"; fi
 
 test: test-sql test-python
@@ -86,6 +86,7 @@ test-unit: install
 lint: install
 	$(VENV)/bin/ruff check pepsi_dispatch tests migrations scripts examples
 	$(VENV)/bin/ruff format --check pepsi_dispatch tests migrations scripts examples
+	$(VENV)/bin/lint-imports
 
 # The fault soak of issue 8 (tests/chaos/driver.py): prints its seed first; CHAOS_SEED replays.
 chaos: install system-deps
@@ -95,14 +96,14 @@ failover: install system-deps
 	$(PY) tests/chaos/failover.py
 
 bench: install system-deps
-	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.embedded start .pepsi --dbname pepsi_bench)}"; \
+	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi --dbname pepsi_bench)}"; \
 	$(MIGRATE) \
-	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.bench $(BENCH_ARGS)
+	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.devtools.bench $(BENCH_ARGS)
 
 # Man pages: generated from the click commands and docs/CONFIG.md; committed, so
 # that the wheel can install them (a test checks they are current).
 man: install
-	$(PY) -m pepsi_dispatch.manpages man docs/CONFIG.md
+	$(PY) -m pepsi_dispatch.cli.manpages man docs/CONFIG.md
 
 clean: stop-db
 	rm -rf .pepsi $(VENV) *.egg-info

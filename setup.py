@@ -3,7 +3,7 @@
 The repository keeps ``alembic.ini``, ``migrations/`` and ``sql/`` at its top
 level (``alembic upgrade head`` and ``pg_prove`` run from there). A wheel has no
 top level, so ``build_py`` copies them into ``pepsi_dispatch/_data/`` of the
-build; :mod:`pepsi_dispatch.resources` looks there first, then in the checkout.
+build; :mod:`pepsi_dispatch.schema.resources` looks there first, then in the checkout.
 Editable installs skip the copy: they run from the checkout anyway.
 
 Everything else is declared in pyproject.toml.

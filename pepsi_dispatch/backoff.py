@@ -8,7 +8,7 @@ the arithmetic lives here.
 
 from __future__ import annotations
 
-INF = float("inf")
+from pepsi_dispatch.contract import INF
 
 
 class Backoff:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pepsi_dispatch import embedded
+from pepsi_dispatch.devtools import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBPQ_ENV = {

@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 import click
 
 from .. import __version__
-from ..clirun import config_option, run_click
+from ..cli.shell import config_option, run_click
 from ..config import load_config
 from ..errors import UsageError
 from . import exposition

@@ -10,12 +10,10 @@ from collections.abc import Callable
 import psycopg
 
 from ..backoff import Backoff
+from ..contract import EX_TEMPFAIL
 
 __all__ = ["EX_TEMPFAIL", "RECONNECT_TIMEOUT", "Connect", "ConnectionHolder", "connector"]
 
-#: Exit status "I could not reach the database; nothing I held is done"
-#: (sysexits.h EX_TEMPFAIL): the dispatcher releases the worker's messages.
-EX_TEMPFAIL = 75
 #: How long a worker tries to reconnect after losing its database connection (seconds).
 RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60"))
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import psycopg
 
-from pepsi_dispatch.protocol import EXIT_NO_STAGE
+from pepsi_dispatch.contract import EXIT_NO_STAGE
 
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
 from .dispatch import HandlerDispatch, StageGraph

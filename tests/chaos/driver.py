@@ -10,7 +10,7 @@ random, printed at the start; give it back to replay the same fault schedule),
 What runs:
 
 - a throwaway PostgreSQL cluster of its own (system binaries, as
-  pepsi_dispatch.embedded does), listening on a Unix socket for the soak's own
+  pepsi_dispatch.devtools.embedded does), listening on a Unix socket for the soak's own
   connections and on a TCP port of 127.0.0.1 for the dispatchers and workers,
   which reach it through a black-hole proxy per dispatcher (tests/chaos/proxy.py);
 - a trigger on pepsi.workqueue recording every committed status/stage change,
@@ -59,7 +59,7 @@ sys.path.insert(0, str(HERE))
 import checker  # noqa: E402
 from proxy import BlackHoleProxy  # noqa: E402
 
-from pepsi_dispatch import embedded  # noqa: E402
+from pepsi_dispatch.devtools import embedded  # noqa: E402
 
 VENV_BIN = ROOT / ".venv" / "bin"
 DISPATCH = VENV_BIN / "pepsi-dispatch"

@@ -1,7 +1,7 @@
 """Shared pytest fixtures: a real PostgreSQL and a fresh, migrated database per test.
 
 `$PEPSI_TEST_DSN` (a superuser DSN) is used when set; otherwise the session starts
-a throwaway cluster of its own (see pepsi_dispatch.embedded) and removes it after.
+a throwaway cluster of its own (see pepsi_dispatch.devtools.embedded) and removes it after.
 Each test gets its own database, cloned from a template migrated once per session
 with `alembic upgrade head`, so tests never depend on each other or on order.
 """
@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pepsi_dispatch import embedded
+from pepsi_dispatch.devtools import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import pepsi_dispatch
-from pepsi_dispatch import __version__, cli, logsetup
-from pepsi_dispatch import config as cfg
+from pepsi_dispatch import __version__
+from pepsi_dispatch.cli import dispatch as cli
+from pepsi_dispatch.cli import logsetup
+from pepsi_dispatch.config import load as cfg
 from pepsi_dispatch.errors import FatalError, UsageError
 
 SCRIPT = Path(sys.executable).with_name("pepsi-dispatch")
@@ -61,7 +62,7 @@ def assert_one_error_line(stderr: str) -> str:
 
 @pytest.fixture
 def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.SimpleNamespace:
-    """Install a fake pepsi_dispatch.loop whose serve() records its call.
+    """Install a fake pepsi_dispatch.coordinator.loop whose serve() records its call.
 
     $PEPSI_CONFIG names a one-stage file: with no file and no stage serve refuses.
     """
@@ -69,22 +70,24 @@ def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.SimpleNa
     conf.write_text("[stage-a]\nPROGRAM = /bin/true\n")
     monkeypatch.setenv("PEPSI_CONFIG", str(conf))
     state = types.SimpleNamespace(config=None, result=0, raises=None, calls=[])
-    module = types.ModuleType("pepsi_dispatch.loop")
+    module = types.ModuleType("pepsi_dispatch.coordinator.loop")
 
     def serve(config: cfg.Config) -> int:
         state.calls.append("serve")
         state.config = config
-        logging.getLogger("pepsi_dispatch.loop").info("fake loop serving")
+        logging.getLogger("pepsi_dispatch.coordinator.loop").info("fake loop serving")
         if state.raises is not None:
             raise state.raises
         return state.result
 
     module.serve = serve  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pepsi_dispatch.loop", module)
-    # `import pepsi_dispatch.loop as m` reads the package's attribute, which an
+    monkeypatch.setitem(sys.modules, "pepsi_dispatch.coordinator.loop", module)
+    # `import pepsi_dispatch.coordinator.loop as m` reads the package's attribute, which an
     # earlier test's import of the real loop has set: replace it too.
-    monkeypatch.setattr(pepsi_dispatch, "loop", module, raising=False)
-    import pepsi_dispatch.privileges as privileges
+    import pepsi_dispatch.coordinator
+
+    monkeypatch.setattr(pepsi_dispatch.coordinator, "loop", module, raising=False)
+    import pepsi_dispatch.coordinator.privileges as privileges
 
     monkeypatch.setattr(
         privileges, "drop_privileges", lambda user: state.calls.append(f"drop {user}")

@@ -1,4 +1,4 @@
-"""`make demo`'s driver (python -m pepsi_dispatch.demo) against a throwaway database."""
+"""`make demo`'s driver (python -m pepsi_dispatch.devtools.demo) against a throwaway database."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def run_demo(dsn: str, marker: str, messages: int = 300) -> subprocess.Completed
         [
             sys.executable,
             "-m",
-            "pepsi_dispatch.demo",
+            "pepsi_dispatch.devtools.demo",
             "--messages",
             str(messages),
             "--timeout",
@@ -75,7 +75,7 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(dsn):
 def test_demo_without_dsn_says_how():
     env = {k: v for k, v in os.environ.items() if k != "PEPSI_DSN"}
     result = subprocess.run(
-        [sys.executable, "-m", "pepsi_dispatch.demo"],
+        [sys.executable, "-m", "pepsi_dispatch.devtools.demo"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -30,7 +30,7 @@ from dispatch_harness import (  # noqa: F401
 )
 from psycopg.conninfo import make_conninfo
 
-from pepsi_dispatch import sdnotify
+from pepsi_dispatch.coordinator import sdnotify
 
 SDK_WORKER = ROOT / "tests/python/sdk_scripted_worker.py"
 PLAIN = {"plan": {"a": {"op": "advance", "to": "b"}, "b": {"op": "finish"}}}
@@ -371,7 +371,7 @@ def test_journald_lines_carry_priority_not_timestamp(tmp_path: Path) -> None:
         "import logging, os, sys\n"
         "st = os.fstat(2)\n"
         "os.environ['JOURNAL_STREAM'] = f'{st.st_dev}:{st.st_ino}'\n"
-        "from pepsi_dispatch.logsetup import setup_logging\n"
+        "from pepsi_dispatch.cli.logsetup import setup_logging\n"
         "setup_logging('DEBUG')\n"
         "log = logging.getLogger('x')\n"
         "log.error('bad'); log.warning('meh'); log.info('fine'); log.debug('detail')\n"

@@ -72,7 +72,8 @@ def test_idle_enqueue_to_worker_latency(h: Harness) -> None:
 def test_peers_bench_table_and_costs(h: Harness, capsys, monkeypatch) -> None:
     """`make bench BENCH_ARGS=--peers` machinery, ours and the pgbench floor only (no
     install): one table with medians and ratios, and the per-message cost table."""
-    from pepsi_dispatch import bench_peer_drivers, bench_peers
+    from pepsi_dispatch.devtools.bench import peer_drivers as bench_peer_drivers
+    from pepsi_dispatch.devtools.bench import peers as bench_peers
 
     monkeypatch.setattr(bench_peer_drivers, "SETTLE", 0.0)  # the statistics' lag is not tested
 

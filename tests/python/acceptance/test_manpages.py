@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from pepsi_dispatch import manpages
+from pepsi_dispatch.cli import manpages
 
 BIN = Path(sys.executable).parent
 

@@ -159,7 +159,7 @@ def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> No
         [
             str(bin_ / "python"),
             "-c",
-            "import pepsi_dispatch.resources as r; print(r.__file__); print(r.data_root())",
+            "import pepsi_dispatch.schema.resources as r; print(r.__file__); print(r.data_root())",
         ],
         app,
         env,

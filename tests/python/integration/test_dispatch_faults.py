@@ -271,7 +271,7 @@ def test_dispatcher_is_a_subreaper_and_reaps_escaped_grandchildren(h: Harness) -
 
 
 def test_parse_answer_never_raises_on_long_numbers() -> None:
-    from pepsi_dispatch.protocol import FAILED, OK, PROTOCOL_ERROR, parse_answer
+    from pepsi_dispatch.coordinator.workers.answers import FAILED, OK, PROTOCOL_ERROR, parse_answer
 
     assert parse_answer(b"9" * 5000 + b" why").kind == PROTOCOL_ERROR
     assert parse_answer(b"0" * 5000).kind == PROTOCOL_ERROR
@@ -311,7 +311,7 @@ def test_classify_exit(
     db: bool,
     kind: str,
 ) -> None:
-    from pepsi_dispatch.process import ExitKind, classify_exit
+    from pepsi_dispatch.coordinator.workers.process import ExitKind, classify_exit
 
     got = classify_exit(
         rc,
@@ -656,7 +656,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
     at a but really left running there. After the reconnect X must go back to
     pending (not be failed as "left running"); Y must still be failed."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     monkeypatch.setenv("PEPSI_DSN", dsn)
     conf = tmp_path / "pepsi.conf"
@@ -698,7 +698,7 @@ def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
     tmp_path: Path,
 ) -> None:
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     conf = tmp_path / "pepsi.conf"
     conf.write_text("[stage-a]\nPROGRAM = /bin/true\n")

@@ -19,7 +19,7 @@ import pytest
 from conftest import alembic
 from dispatch_harness import Harness, harness_fixture, pid_alive, wait_until  # noqa: F401
 
-from pepsi_dispatch import embedded
+from pepsi_dispatch.devtools import embedded
 
 
 def running_rows(h: Harness, dispatcher_id: int | None = None) -> int:

@@ -15,7 +15,7 @@ from httpd_harness import Httpd
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
-from pepsi_dispatch.db import LOCK_KEY
+from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
 
 
 @pytest.fixture
@@ -244,7 +244,7 @@ def test_actions_need_json_and_header(h: Harness, httpds: list[Httpd]) -> None:
 
 def test_paused_overlay_option_empties_capacity(h: Harness) -> None:
     from pepsi_dispatch.config import apply_overlay, load_config
-    from pepsi_dispatch.pool import StagePool
+    from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
 
     config = load_config(conf_fast(h))
     assert not config.stages["a"].paused
@@ -263,7 +263,7 @@ def test_bench_scrape_option(dsn: str) -> None:
         [
             sys.executable,
             "-m",
-            "pepsi_dispatch.bench",
+            "pepsi_dispatch.devtools.bench",
             "--scrape",
             "0.2",
             "--messages",

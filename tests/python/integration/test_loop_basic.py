@@ -1,4 +1,4 @@
-"""Smoke tests of the dispatcher loop (pepsi_dispatch.loop/pool/process/db/stats/protocol).
+"""Smoke tests of the dispatcher loop (coordinator.loop, stage pools, processes, stats).
 
 Unit tests of the answer parser and the stats deltas, then a real
 ``pepsi-dispatch serve`` process against the fixture database with the small
@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pepsi_dispatch.dblink import LinkState
-from pepsi_dispatch.protocol import FAILED, OK, PROTOCOL_ERROR, parse_answer
-from pepsi_dispatch.stats import Stats
+from pepsi_dispatch.coordinator.database.link import LinkState
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.answers import FAILED, OK, PROTOCOL_ERROR, parse_answer
 
 ROOT = Path(__file__).resolve().parents[3]
 DISPATCH = ROOT / ".venv" / "bin" / "pepsi-dispatch"
@@ -93,7 +93,7 @@ def test_overlong_answer_across_reads_is_one_answer() -> None:
     Regression: the head went out once the partial line passed 64 KiB and the rest
     of the line, at its newline, became a second answer (for the next id).
     """
-    from pepsi_dispatch.process import WorkerProcess
+    from pepsi_dispatch.coordinator.workers.process import WorkerProcess
 
     r, wfd = os.pipe()
     os.set_blocking(r, False)
@@ -127,7 +127,7 @@ def test_overlong_answer_across_reads_is_one_answer() -> None:
 def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
     """A reload never runs while stopping, so it must not make the loop poll at 0 s."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
@@ -145,7 +145,7 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
 def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: str) -> None:
     from psycopg.conninfo import make_conninfo
 
-    from pepsi_dispatch.db import Database
+    from pepsi_dispatch.coordinator.database.calls import Database
 
     db = Database(dsn, False)
     db.connect()
@@ -169,7 +169,7 @@ def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: 
 def in_process_dispatcher(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A started Dispatcher (connected, locked, registered) without its loop."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     monkeypatch.setenv("PEPSI_DSN", dsn)
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
@@ -199,7 +199,7 @@ def test_query_error_keeps_the_lock_and_a_broken_work_connection_alone_is_reopen
 ) -> None:
     """Regression: every psycopg.Error closed both connections, so a plain query
     error (lock_timeout, statement_timeout, ...) gave up the advisory lock."""
-    from pepsi_dispatch.db import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
 
     def lock_free() -> bool:
         (got,) = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
@@ -286,7 +286,7 @@ def test_lock_pids_sees_only_this_database(
     session holds our lock" (the dispatcher would give up serving)."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from pepsi_dispatch.db import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
 
     other_db = f"pepsi_lock_other_{os.getpid()}"
     conn.execute(f'DROP DATABASE IF EXISTS "{other_db}"')
@@ -307,7 +307,7 @@ def test_lock_pids_sees_only_this_database(
 def test_lock_really_lost_on_reconnect_still_flushes_stats(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pepsi_dispatch.db import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
     from pepsi_dispatch.errors import FatalError
 
     d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
@@ -709,7 +709,7 @@ def test_lock_taken_over_during_reconnect_ends_with_exit_1(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
 ) -> None:
     """Another holder of the advisory lock after a reconnect: workers stopped, exit 1."""
-    from pepsi_dispatch.db import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
 
     prog = program("--sleep", "a=30")
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": prog, "PARALLELISM": "1"}})
@@ -783,9 +783,9 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     """Claim floors (docs/INTERNALS.md): an answered/failed/released id X may be
     pending again at any stage, so every floor drops below X; requeued rows clear all."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.db import Requeue
-    from pepsi_dispatch.ledger import OwedWrites
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.database.calls import Requeue
+    from pepsi_dispatch.coordinator.ledger import OwedWrites
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from pepsi_dispatch.coordinator.privileges import drop_privileges
 from pepsi_dispatch.errors import UsageError
-from pepsi_dispatch.privileges import drop_privileges
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges")
 
 REPORT = textwrap.dedent(
     """
     import json, os, sys
-    from pepsi_dispatch.privileges import drop_privileges
+    from pepsi_dispatch.coordinator.privileges import drop_privileges
     {before}
     drop_privileges(sys.argv[1])
     try:
@@ -120,13 +120,13 @@ def test_cli_drops_before_the_loop_starts(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import json, os, sys, types
-        loop = types.ModuleType("pepsi_dispatch.loop")
+        loop = types.ModuleType("pepsi_dispatch.coordinator.loop")
         def serve(config):
             print(json.dumps([os.getuid(), os.geteuid(), os.getgid(), sorted(os.getgroups())]))
             return 0
         loop.serve = serve
-        sys.modules["pepsi_dispatch.loop"] = loop
-        from pepsi_dispatch.cli import main
+        sys.modules["pepsi_dispatch.coordinator.loop"] = loop
+        from pepsi_dispatch.cli.dispatch import main
         sys.exit(main(["-c", sys.argv[1], "-L", "ERROR", "serve"]))
         """
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pepsi_dispatch.queue_cli import main
+from pepsi_dispatch.cli.queue import main
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_nonsense_bounds_are_refused(first, cap):
 
 def test_spawn_cooldown_keeps_its_numbers():
     """A stage's cooldown: 1 s doubling to 60 s, forgotten after an answer."""
-    from pepsi_dispatch.pool import StagePool
+    from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
 
     class _SC:
         name = "s"

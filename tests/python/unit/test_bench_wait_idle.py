@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pepsi_dispatch.bench_peer_drivers import tree_cpu, wait_idle
+from pepsi_dispatch.devtools.bench.peer_drivers import tree_cpu, wait_idle
 
 
 def _spawn(code: str) -> subprocess.Popen[bytes]:

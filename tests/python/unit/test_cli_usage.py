@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pepsi_dispatch import cli, queue_cli
+from pepsi_dispatch.cli import dispatch as cli
+from pepsi_dispatch.cli import queue as queue_cli
 
 
 def test_global_option_after_serve_says_where_it_goes(capsys: pytest.CaptureFixture) -> None:

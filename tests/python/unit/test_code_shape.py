@@ -18,13 +18,15 @@ MAX_FUNCTION_LINES = 60
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 PACKAGE = ROOT / "pepsi_dispatch"
 
-#: Scripts the issue sets aside: they are not held to the product's shape.
-EXCLUDED = {"pepsi_dispatch/bench.py", "pepsi_dispatch/demo.py"}
+#: Developer tooling (the benchmark, the demo): scripts, not held to the product's shape.
+EXCLUDED_DIRS = ("pepsi_dispatch/devtools/",)
 
 #: Known offenders, each being split elsewhere right now. An entry must still offend:
 #: once a file is in shape the test fails until its entry is removed here. (Empty:
 #: every module is in shape.)
-ALLOWLIST: dict[str, str] = {}
+ALLOWLIST: dict[str, str] = {
+    "pepsi_dispatch/coordinator/workers/supervisor.py": "answer intake moves out",
+}
 
 
 def offences(source: str, path: str) -> list[str]:
@@ -60,7 +62,7 @@ def package_offences() -> dict[str, list[str]]:
     found = {}
     for file in sorted(PACKAGE.rglob("*.py")):
         path = file.relative_to(ROOT).as_posix()
-        if path not in EXCLUDED:
+        if not path.startswith(EXCLUDED_DIRS):
             found[path] = offences(file.read_text(encoding="utf-8"), path)
     return found
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from pepsi_dispatch import config as cfg
 from pepsi_dispatch.config import (
     DEFAULT_DSN,
     OVERLAY_ORIGIN,
@@ -22,6 +21,7 @@ from pepsi_dispatch.config import (
     parse_time,
     reread_config,
 )
+from pepsi_dispatch.config import load as cfg
 from pepsi_dispatch.errors import UsageError
 
 Write = Callable[..., Path]

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pepsi_dispatch.failwatch import FailureWatch
-from pepsi_dispatch.ledger import Ledger
-from pepsi_dispatch.stats import Stats
-from pepsi_dispatch.supervisor import Supervisor
+from pepsi_dispatch.coordinator.failwatch import FailureWatch
+from pepsi_dispatch.coordinator.ledger import Ledger
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.supervisor import Supervisor
 
 
 def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
@@ -33,7 +33,7 @@ def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
         _answered=lambda w, pool, now: None,
     )
     sup._all_ok = Supervisor._all_ok.__get__(sup)
-    logger = logging.getLogger("pepsi_dispatch.supervisor")
+    logger = logging.getLogger("pepsi_dispatch.coordinator.workers.supervisor")
     old = logger.level
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     try:

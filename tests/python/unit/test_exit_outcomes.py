@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pepsi_dispatch.ledger import Ledger
-from pepsi_dispatch.process import EX_TEMPFAIL, ExitKind, classify_exit
+from pepsi_dispatch.contract import EX_TEMPFAIL
+from pepsi_dispatch.coordinator.ledger import Ledger
+from pepsi_dispatch.coordinator.workers.process import ExitKind, classify_exit
 
 
 class W:
@@ -119,7 +120,7 @@ def test_invariant_5_tempfail_75_releases_all():
 def test_invariant_5_no_stage_78_releases_all():
     """Invariant 5, exit 78 (its stage is not in its configuration): it touched
     nothing, so all are released and none failed (the stage cools down)."""
-    from pepsi_dispatch.protocol import EXIT_NO_STAGE
+    from pepsi_dispatch.contract import EXIT_NO_STAGE
 
     w, ledger = W(), Ledger()
     ledger.hand([3, 4], w)

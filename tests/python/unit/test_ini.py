@@ -1,4 +1,4 @@
-"""The generic INI reader under pepsi.conf (pepsi_dispatch.ini), without pepsi's schema.
+"""The generic INI reader under pepsi.conf (pepsi_dispatch.config.ini), without pepsi's schema.
 
 test_config.py checks the same behaviour through load_config; these pin the reader's
 own interface: what it stores, where it says a value came from, how it expands.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pepsi_dispatch.ini import (
+from pepsi_dispatch.config.ini import (
     BadValue,
     ConfigError,
     Ini,

@@ -3,7 +3,7 @@ no processes, no clock. Each test names the invariant of issue 7 it holds."""
 
 from __future__ import annotations
 
-from pepsi_dispatch.ledger import Ledger, OwedWrites
+from pepsi_dispatch.coordinator.ledger import Ledger, OwedWrites
 
 
 class W:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pepsi_dispatch.config import load_config
-from pepsi_dispatch.dblink import LinkState
+from pepsi_dispatch.coordinator.database.link import LinkState
 
 if TYPE_CHECKING:
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
 
 class FakeClock:
@@ -40,9 +40,9 @@ class Healthy:
 
 
 def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatcher:
-    # Imported here, not at the top: test_cli replaces pepsi_dispatch.loop in
+    # Imported here, not at the top: test_cli replaces pepsi_dispatch.coordinator.loop in
     # sys.modules, which an earlier import of the real module would defeat.
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     conf = tmp_path / "pepsi.conf"
     conf.write_text(

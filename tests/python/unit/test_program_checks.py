@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pepsi_dispatch.checks import program_problem
+from pepsi_dispatch.coordinator.checks import program_problem
 
 
 def script(tmp_path: Path, shebang: str) -> Path:

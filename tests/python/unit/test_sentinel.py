@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pepsi_dispatch.sentinel import GroupSentinel, read_groups
+from pepsi_dispatch.coordinator.workers.sentinel import GroupSentinel, read_groups
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.2)"]
 

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from pepsi_dispatch.config import load_config
+from pepsi_dispatch.coordinator.startup import open_database
 from pepsi_dispatch.errors import UsageError
-from pepsi_dispatch.startup import open_database
 
 
 class RecordingDatabase:
-    """Stands in for :class:`pepsi_dispatch.db.Database`; records the calls in order."""
+    """Stands in for :class:`~pepsi_dispatch.coordinator.database.calls.Database`;
+    records the calls in order."""
 
     def __init__(self, lock: bool = True) -> None:
         self.calls: list[str] = []
@@ -76,7 +77,7 @@ def test_a_program_only_the_overlay_sets_is_checked_at_start(tmp_path, caplog) -
     """It does not stop the start (the stage is held off, the others run), but
     the log names it and the row to fix."""
     db = OverlayDatabase(str(tmp_path / "no-such-program"))
-    with caplog.at_level(logging.WARNING, logger="pepsi_dispatch.startup"):
+    with caplog.at_level(logging.WARNING, logger="pepsi_dispatch.coordinator.startup"):
         config, _ = open_database(db, load_config())  # type: ignore[arg-type]
     assert "b" in config.stages and "register" in db.calls
     (record,) = [r for r in caplog.records if "no-such-program" in r.getMessage()]

@@ -9,7 +9,7 @@ import psycopg
 
 
 class StubDatabase:
-    """Stands in for pepsi_dispatch.db.Database: flush_stats fails or records."""
+    """Stands in for coordinator.database.calls.Database: flush_stats fails or records."""
 
     def __init__(self) -> None:
         self.fail: BaseException | None = None
@@ -38,7 +38,7 @@ def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Pa
     """Invariant 10: a flush that fails because the database went away keeps
     the deltas for the next flush; a flush that succeeds clears them."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.loop import Dispatcher
+    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     conf = tmp_path / "pepsi.conf"
     conf.write_text(

@@ -1,0 +1,1 @@
+"""The command lines: pepsi-dispatch, pepsi-queue, their shared shell, logging and man pages."""

@@ -1,0 +1,511 @@
+"""``pepsi-queue``: the operator's command line for the work queue.
+
+``pepsi-queue [-c FILE] COMMAND ...``
+
+* ``enqueue STAGE [JSON ...] [--at TIME | --in TIME] [--force]`` — one message per
+  JSON object argument (none: one ``{}`` message); ``-`` reads JSON objects from
+  stdin, one per line. Prints the ids. A stage that neither the dispatcher's
+  registered stage table nor the configuration file knows is refused (``--force``).
+* ``status [--json] [--watch [--interval S] [--count N]]`` — message counts by stage
+  and status; ``--watch``: rates, oldest pending wait, live workers, refreshed in place.
+* ``show ID [--json]`` — one message: row, state, errors, retries, ages.
+* ``failed [--stage S] [--limit N] [--json | --by-reason]`` — failed/timeout/expired
+  rows with their errors, or those grouped by reason.
+* ``requeue (--stage S | --id N ... | --all)`` — those rows back to pending
+  (``pepsi.requeue_failed``; the old error is kept in ``state.previous_error``).
+* ``cancel (--stage S | --id N ... | --all)`` — pending/paused rows to failed
+  ('cancelled by operator').
+* ``purge [--status S ...] [--stage S] [--older-than TIME] [--yes] [--dry-run]`` —
+  delete terminal rows; without a selection it refuses unless ``--yes``.
+
+Every command goes through ``pepsi.*`` functions, never table SQL.
+
+The database is ``PEPSI_DSN``, else ``[database] DSN`` of the configuration
+(``-c FILE``, ``$PEPSI_CONFIG``, ``~/.config/pepsi.conf``, ``/etc/pepsi.conf``).
+Exit codes: 0 success, 2 usage/configuration errors (a bad payload, an unknown
+stage, purge without a selection), 1 database errors and unknown message ids;
+errors are one ``pepsi-queue: error: ...`` line on stderr. Without a command it
+prints its help.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+import psycopg
+
+from pepsi_dispatch import __version__
+from pepsi_dispatch.cli.shell import config_option, run_click
+from pepsi_dispatch.cli.watch import _age, _json_default, watch_status
+from pepsi_dispatch.schema.migrate import migrate_command
+
+__all__ = ["PROG", "cli", "main"]
+
+PROG = "pepsi-queue"
+STATUSES = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
+TERMINAL = ("done", "failed", "timeout", "expired")
+#: Message ids are bigint identity values (from 1).
+MESSAGE_ID = click.IntRange(1, 2**63 - 1)
+
+
+class _Ctx:
+    def __init__(self, config_path: str | None) -> None:
+        self.config_path = config_path
+        self._conn: psycopg.Connection | None = None
+
+    def conn(self) -> psycopg.Connection:
+        if self._conn is None:
+            from pepsi_dispatch.enqueue import resolve_dsn
+
+            dsn = resolve_dsn(None, self.config_path)
+            self._conn = psycopg.connect(dsn, autocommit=True, application_name=PROG)
+        return self._conn
+
+
+@click.group(
+    name=PROG,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Operate the pepsi work queue: enqueue, status, show, failed, requeue, cancel, purge.",
+)
+@config_option
+@click.version_option(
+    __version__, "-v", "--version", prog_name=PROG, message="%(prog)s %(version)s"
+)
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """Global options."""
+    ctx.obj = _Ctx(config_path)
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{where} is not JSON: {exc.msg} at column {exc.colno}") from None
+
+
+def _object(text: str, where: str) -> dict[str, Any]:
+    doc = _parse_json(text, where)
+    if not isinstance(doc, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(doc), "a number"
+        )
+        raise click.BadParameter(
+            f"{where} must be a JSON object ({{...}}), not {kind}; wrap it, e.g. "
+            f'{{"value": {text.strip()[:40]}}}'
+        )
+    return doc
+
+
+def _not_before(at: str | None, in_: str | None) -> datetime | None:
+    """--at TIME (ISO 8601; no zone = local time) or --in DURATION ('10min')."""
+    if at and in_:
+        raise click.UsageError("--at and --in cannot be combined")
+    if in_ is not None:
+        from pepsi_dispatch.config import parse_time
+
+        try:
+            return datetime.now(UTC) + timedelta(seconds=parse_time(in_))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--in") from None
+    if at is not None:
+        try:
+            when = datetime.fromisoformat(at.strip())
+        except ValueError:
+            raise click.BadParameter(
+                f"'{at}' is not a time; use ISO 8601, e.g. 2026-12-01T09:30 or"
+                " '2026-12-01 09:30:00+01:00'",
+                param_hint="--at",
+            ) from None
+        return when if when.tzinfo else when.astimezone()  # no zone: local time
+    return None
+
+
+def _payloads(payloads: tuple[str, ...]) -> list[Any]:
+    """The JSON objects of the arguments (``-``: stdin, one per line); none: ``{}``."""
+    docs: list[Any] = []
+    for i, text in enumerate(payloads, 1):
+        if text == "-":
+            for n, line in enumerate(sys.stdin, 1):
+                if line.strip():
+                    docs.append(_object(line, f"stdin line {n}"))
+        else:
+            docs.append(_object(text, f"argument {i}"))
+    return docs if payloads else [{}]
+
+
+def _check_stage(obj: _Ctx, stage: str) -> bool:
+    """Refuse a stage no registered stage table nor configuration knows; False
+    if there was nothing to check against."""
+    known, sources = _known_stages(obj)
+    if not sources:
+        return False
+    if stage not in known:
+        close = difflib.get_close_matches(stage, sorted(known), n=1)
+        hint = f" did you mean {close[0]!r}?" if close else ""
+        raise click.UsageError(
+            f"unknown stage {stage!r}: not in {' nor '.join(sources)}"
+            f" (known: {', '.join(sorted(known)) or 'none'});{hint}"
+            " --force enqueues anyway"
+        )
+    return True
+
+
+def _known_stages(obj: _Ctx) -> tuple[set[str], list[str]]:
+    """Stage names the registered stage table and the configuration file know,
+    and where they were looked up (for messages)."""
+    from pepsi_dispatch.config import load_config
+
+    known: set[str] = set()
+    sources: list[str] = []
+    rows = obj.conn().execute("SELECT stage FROM pepsi.registered_stages()").fetchall()
+    if rows:
+        known.update(r[0] for r in rows)
+        sources.append("the dispatcher's registered stages")
+    config = load_config(obj.config_path)
+    if config.path is not None:
+        known.update(config.stages)
+        sources.append(f"{config.path}")
+    return known, sources
+
+
+@cli.command(help="Enqueue messages at STAGE: one per JSON object argument, '-' reads JSON lines.")
+@click.argument("stage")
+@click.argument("payloads", nargs=-1, metavar="[JSON ...|-]")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the count, not the ids.")
+@click.option("--at", "at", metavar="TIME", help="Run no earlier than TIME (ISO 8601).")
+@click.option("--in", "in_", metavar="TIME", help="Run no earlier than TIME from now ('10min').")
+@click.option("--force", is_flag=True, help="Enqueue even at a stage no configuration knows.")
+@click.pass_obj
+def enqueue(
+    obj: _Ctx,
+    stage: str,
+    payloads: tuple[str, ...],
+    quiet: bool,
+    at: str | None,
+    in_: str | None,
+    force: bool,
+) -> None:
+    from pepsi_dispatch.enqueue import enqueue_many
+
+    when = _not_before(at, in_)
+    docs = _payloads(payloads)
+    # Unchecked: said after the insert (a bad name fails there first).
+    unchecked = not force and not _check_stage(obj, stage)
+    ids = enqueue_many(obj.conn(), stage, docs, not_before=when)
+    if unchecked:
+        click.echo(
+            f"{PROG}: warning: stage {stage!r} not checked: no dispatcher has registered"
+            " its stages and no configuration file was found",
+            err=True,
+        )
+    if quiet:
+        later = f", not before {when.isoformat(timespec='seconds')}" if when else ""
+        click.echo(f"enqueued {len(ids)} message(s) at stage {stage}{later}")
+    else:
+        for mid in ids:
+            click.echo(mid)
+
+
+@cli.command(help="Message counts by stage and status; --watch for a live view.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Rates, oldest pending wait and workers per stage, refreshed in place (Ctrl-C ends).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes of --watch.",
+)
+@click.option("--count", type=click.IntRange(min=1), help="Stop --watch after this many refreshes.")
+@click.pass_obj
+def status(obj: _Ctx, as_json: bool, watch: bool, interval: float, count: int | None) -> None:
+    if watch:
+        watch_status(obj, interval, count, as_json)
+        return
+    rows = obj.conn().execute("SELECT stage, status, count FROM pepsi.queue_counts()").fetchall()
+    table: dict[str, dict[str, int]] = {}
+    for stage, st, n in rows:
+        table.setdefault(stage, {})[st] = int(n)
+    if as_json:
+        click.echo(json.dumps(table, sort_keys=True))
+        return
+    if not table:
+        click.echo("the queue is empty")
+        return
+    width = max(5, *(len(s) for s in table))
+    click.echo(f"{'stage':<{width}}" + "".join(f" {s:>8}" for s in STATUSES) + f" {'total':>8}")
+    totals = dict.fromkeys(STATUSES, 0)
+    for stage in sorted(table):
+        counts = table[stage]
+        for s in STATUSES:
+            totals[s] += counts.get(s, 0)
+        click.echo(
+            f"{stage:<{width}}"
+            + "".join(f" {counts.get(s, 0):>8}" for s in STATUSES)
+            + f" {sum(counts.values()):>8}"
+        )
+    click.echo(
+        f"{'TOTAL':<{width}}"
+        + "".join(f" {totals[s]:>8}" for s in STATUSES)
+        + f" {sum(totals.values()):>8}"
+    )
+
+
+@cli.command(help="Failed, timed-out and expired messages with their errors, newest first.")
+@click.option("--stage", help="Only this stage.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--payload", "show_payload", is_flag=True, help="Also print each payload.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one array) instead of lines.")
+@click.option(
+    "--by-reason", is_flag=True, help="Group by stage, status and reason, biggest groups first."
+)
+@click.pass_obj
+def failed(
+    obj: _Ctx, stage: str | None, limit: int, show_payload: bool, as_json: bool, by_reason: bool
+) -> None:
+    if by_reason:
+        _failed_by_reason(obj, stage, limit, as_json)
+        return
+    rows = (
+        obj.conn()
+        .execute(
+            "SELECT workqueue_id, stage, status, retries, error, updated_at, payload"
+            " FROM pepsi.failed_messages(%s, %s)",
+            (stage, limit),
+        )
+        .fetchall()
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": mid,
+                        "stage": st,
+                        "status": status_,
+                        "retries": retries,
+                        "error": error,
+                        "updated_at": updated.isoformat(),
+                        "payload": payload,
+                    }
+                    for mid, st, status_, retries, error, updated, payload in rows
+                ]
+            )
+        )
+        return
+    if not rows:
+        click.echo("no failed messages" + (f" at stage {stage}" if stage else ""))
+        return
+    for mid, st, status_, retries, error, updated, payload in rows:
+        when = updated.strftime("%Y-%m-%d %H:%M:%S")
+        click.echo(f"{mid:>10} {st} {status_} retries={retries} {when}  {error}")
+        if show_payload:
+            click.echo(f"{'':>10} payload {json.dumps(payload, sort_keys=True)}")
+
+
+@cli.command(help="Put failed/timeout/expired messages back to pending (retries 0).")
+@click.option("--stage", help="Every failed message of this stage.")
+@click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
+@click.option("--all", "all_", is_flag=True, help="Every failed message of every stage.")
+@click.pass_obj
+def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> None:
+    if not (stage or ids or all_):
+        raise click.UsageError("say which messages: --stage S, --id N (repeatable) or --all")
+    if all_ and (stage or ids):
+        raise click.UsageError("--all cannot be combined with --stage or --id")
+    row = (
+        obj.conn()
+        .execute("SELECT pepsi.requeue_failed(%s, %s)", (stage, list(ids) if ids else None))
+        .fetchone()
+    )
+    n = int(row[0]) if row else 0
+    click.echo(f"requeued {n} message(s)")
+
+
+@cli.command(help="Put pending and paused messages to failed ('cancelled by operator').")
+@click.option("--stage", help="Every pending/paused message of this stage.")
+@click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
+@click.option("--all", "all_", is_flag=True, help="Every pending/paused message.")
+@click.pass_obj
+def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> None:
+    if not (stage or ids or all_):
+        raise click.UsageError("say which messages: --stage S, --id N (repeatable) or --all")
+    if all_ and (stage or ids):
+        raise click.UsageError("--all cannot be combined with --stage or --id")
+    row = (
+        obj.conn()
+        .execute("SELECT pepsi.cancel(%s, %s, %s)", (list(ids) if ids else None, stage, bool(all_)))
+        .fetchone()
+    )
+    n = int(row[0]) if row else 0
+    click.echo(f"cancelled {n} message(s)")
+
+
+@cli.command(help="Delete terminal messages (done, failed, timeout, expired).")
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice(TERMINAL),
+    multiple=True,
+    help="Only rows in this status (repeatable; default: all four).",
+)
+@click.option("--stage", help="Only this stage.")
+@click.option("--older-than", metavar="TIME", help="Only rows last changed before, e.g. '7 d'.")
+@click.option("--yes", is_flag=True, help="Without --status/--stage/--older-than: delete them all.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.pass_obj
+def purge(
+    obj: _Ctx,
+    statuses: tuple[str, ...],
+    stage: str | None,
+    older_than: str | None,
+    yes: bool,
+    dry_run: bool,
+) -> None:
+    from pepsi_dispatch.config import parse_time
+
+    age = None
+    if older_than is not None:
+        try:
+            age = timedelta(seconds=parse_time(older_than))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    if not (statuses or stage or older_than or yes or dry_run):
+        raise click.UsageError(
+            "purge deletes every done, failed, timeout and expired message unless you select"
+            " some: --status S, --stage S, --older-than TIME; --yes to delete them all,"
+            " --dry-run to count them"
+        )
+    row = (
+        obj.conn()
+        .execute(
+            "SELECT pepsi.purge(%s, %s, %s, %s)",
+            (list(statuses or TERMINAL), stage, age, dry_run),
+        )
+        .fetchone()
+    )
+    n = int(row[0]) if row else 0
+    click.echo(f"would purge {n} message(s)" if dry_run else f"purged {n} message(s)")
+
+
+@cli.command(help="One message: row, state, errors, retries, ages.")
+@click.argument("message_id", metavar="ID", type=MESSAGE_ID)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.pass_obj
+def show(obj: _Ctx, message_id: int, as_json: bool) -> int:
+    cur = obj.conn().execute("SELECT * FROM pepsi.message_story(%s)", (message_id,))
+    row = cur.fetchone()
+    if row is None:
+        _report(f"no message {message_id}")
+        return 1
+    story = dict(zip([c.name for c in cur.description or ()], row, strict=True))
+    if as_json:
+        click.echo(json.dumps(story, default=_json_default, sort_keys=True))
+        return 0
+    for line in _story_lines(story):
+        click.echo(line)
+    return 0
+
+
+def _story_lines(m: dict[str, Any]) -> list[str]:
+    when = "%Y-%m-%d %H:%M:%S %Z"
+    cap = m["max_retries"]
+    lines = [
+        f"message {m['workqueue_id']}",
+        f"  stage       {m['stage']}"
+        + ("" if m["stage_registered"] else "  (not a registered stage)"),
+        f"  status      {m['status']}"
+        + ("  (delayed: enqueued with a later not_before)" if m["delayed"] else ""),
+        f"  retries     {m['retries']}" + (f" of {cap}" if cap is not None else ""),
+        f"  created     {m['created_at'].strftime(when)}  ({_age(m['age'])} ago)",
+        f"  updated     {m['updated_at'].strftime(when)}  ({_age(m['since_update'])} ago)",
+    ]
+    if m["status"] == "paused" and m["timeout"] is not None:
+        lines.append(f"  due         {m['timeout']}  (in {_age(m['due_in'])})")
+    if m["dispatcher_id"] is not None:
+        lines.append(f"  held by     dispatcher {m['dispatcher_id']}")
+    if m["error"]:
+        lines.append(f"  error       {m['error']}")
+    for key, value in (m["errors"] or {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        lines.append(f"    {key}: {text}")
+    lines.append(f"  payload     {json.dumps(m['payload'], sort_keys=True)}")
+    lines.append(f"  state       {json.dumps(m['state'], sort_keys=True)}")
+    return lines
+
+
+def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -> None:
+    cur = obj.conn().execute(
+        "SELECT stage, status, reason, count, oldest, newest, ids FROM pepsi.failed_reasons(%s)",
+        (stage,),
+    )
+    rows = cur.fetchall()[:limit]
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "stage": st,
+                        "status": status_,
+                        "reason": reason,
+                        "count": n,
+                        "oldest": oldest.isoformat(),
+                        "newest": newest.isoformat(),
+                        "ids": ids,
+                    }
+                    for st, status_, reason, n, oldest, newest, ids in rows
+                ]
+            )
+        )
+        return
+    if not rows:
+        click.echo("no failed messages" + (f" at stage {stage}" if stage else ""))
+        return
+    click.echo(f"{'count':>7}  {'stage':<12} {'status':<8} reason  (newest ids)")
+    for st, status_, reason, n, _oldest, _newest, ids in rows:
+        click.echo(f"{n:>7}  {st:<12} {status_:<8} {reason}  ({', '.join(map(str, ids))})")
+
+
+# migrate lives in its own module (alembic is imported only when it runs).
+cli.add_command(migrate_command)
+
+
+def _report(message: str) -> None:
+    line = " ".join(message.split())
+    print(f"{PROG}: error: {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code (one error line, never a traceback)."""
+
+    def database_error(exc: Exception) -> int:
+        if isinstance(exc, psycopg.OperationalError):
+            _report(f"cannot reach the database: {exc}")
+        elif isinstance(exc, psycopg.Error):
+            _report(f"database: {exc.diag.message_primary or exc}")
+        else:
+            raise exc
+        return 1
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        # A bare pepsi-queue: the normal help, not a usage error squashed into one line.
+        with click.Context(cli, info_name=PROG, **cli.context_settings) as ctx:
+            click.echo(cli.get_help(ctx))
+        return 0
+    return run_click(cli, PROG, args, _report, database_error)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The worker contract's constants, each defined once.
+
+Both sides of the pipe protocol read them from here: the dispatcher (which
+classifies answers and exits) and the Python SDK (which writes answers and
+chooses its exit code). Stage programs in other languages find the same
+values in docs/WORKERS.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Exit code of a worker that could not reach the database (EX_TEMPFAIL of
+#: sysexits.h): nothing it held is done; the dispatcher releases its messages
+#: without failing any and cools the stage down.
+EX_TEMPFAIL: Final = 75
+
+#: Exit code of a worker whose own stage is not in the configuration it found
+#: (EX_CONFIG of sysexits.h): it processed nothing; the dispatcher releases its
+#: messages, logs an ERROR naming the fix and holds the stage off.
+EXIT_NO_STAGE: Final = 78
+
+#: Answer lines longer than this are cut (and, being no valid answer of that
+#: length, end up as protocol errors or failures with a truncated reason).
+MAX_LINE: Final = 8192
+
+#: An answer's number longer than this is no number but garbage (a protocol
+#: error). Python itself refuses int() of more than 4,300 digits.
+MAX_NUMBER_DIGITS: Final = 4300
+
+#: What a stage name may be made of (config sections, NEXT, ``fused=`` lists).
+STAGE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]+")
+
+#: A stage's MAX_RETRIES when the configuration does not say.
+DEFAULT_MAX_RETRIES: Final = 10
+
+#: "Never": a deadline that is not due, the timeout of a selector with nothing to wait for.
+INF: Final = float("inf")

@@ -1,0 +1,1 @@
+"""pepsi-dispatch serve: the coordinator (the loop, its database side and its workers' side)."""

@@ -1,0 +1,369 @@
+"""Start-up checks: problems that would only show up later must show up at start.
+
+``serve`` runs :func:`program_checks` as the service user (after dropping
+privileges) and refuses to start (exit 2) when a PROGRAM cannot run;
+``serve --check`` runs every check (:func:`run_all`), prints each result and
+exits 0 or 2 without serving, like ``nginx -t``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import shutil
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pepsi_dispatch.config import Config
+from pepsi_dispatch.config import load as _config
+
+__all__ = [
+    "DISPATCHER_FUNCTIONS",
+    "STAGE_FUNCTIONS",
+    "Check",
+    "database_checks",
+    "no_config_problem",
+    "program_checks",
+    "program_problem",
+]
+
+#: What the dispatcher's role executes (db.py), and what a stage program's role does (SDK).
+DISPATCHER_FUNCTIONS = (
+    "register_dispatcher",
+    "heartbeat",
+    "unregister_dispatcher",
+    "claim",
+    "requeue_due",
+    "reset_orphans",
+    "release",
+    "record_dispatch_error",
+    "check_answered",
+    "flush_stats",
+    "purge_done",
+    "stage_config",
+    "register_stages",
+    "dispatcher_registered",
+    "held_ids",
+    "stages_of",
+    "queue_dispatchers",
+)
+STAGE_FUNCTIONS = (
+    "get_message",
+    "get_messages",
+    "advance",
+    "finish",
+    "pause",
+    "fail",
+    "set_state",
+    "hop",
+    "stage_config",
+    "enqueue",
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of ``serve --check``. A warning (``warn``) is shown but does not
+    fail the check: the dispatcher would start anyway."""
+
+    name: str
+    ok: bool
+    detail: str
+    warn: bool = False
+
+    def line(self) -> str:
+        mark = "warn" if self.warn else "ok  " if self.ok else "FAIL"
+        return f"{mark} {self.name}: {self.detail}"
+
+
+def current_user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def _why_not_executable(path: str) -> str:
+    """Why the current user cannot execute ``path`` (which exists for root, maybe)."""
+    real = os.path.realpath(path)
+    via = f" (it resolves to {real})" if real != os.path.abspath(path) else ""
+    for name in (path, real):
+        for parent in reversed(Path(os.path.abspath(name)).parents):
+            if not os.access(parent, os.X_OK):
+                if not os.path.lexists(parent):  # its own parent was searchable
+                    return f"it does not exist (no directory {parent}){via}"
+                return f"directory {parent} is not searchable by {current_user()}{via}"
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return f"it does not exist{via}"
+    except OSError as exc:
+        return f"{exc.strerror}{via}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"it is a directory{via}"
+    owner = st.st_uid
+    try:
+        owner_name = pwd.getpwuid(owner).pw_name
+    except KeyError:
+        owner_name = str(owner)
+    mode = stat.filemode(st.st_mode)
+    return f"no execute permission for {current_user()} ({mode}, owner {owner_name}){via}"
+
+
+def _runnable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def program_problem(program: str, search_path: str | None = None) -> str | None:
+    """What keeps the current user from running ``program`` (a PROGRAM value), or None.
+
+    Checks the executable (found on PATH unless it has a '/'), and for a script its
+    ``#!`` interpreter (and, for ``#!/usr/bin/env NAME``, NAME on PATH).
+    """
+    search_path = search_path if search_path is not None else os.environ.get("PATH", os.defpath)
+    try:
+        argv = shlex.split(program)
+    except ValueError as exc:
+        return f"PROGRAM {program!r} does not split into words: {exc}"
+    if not argv:
+        return "PROGRAM is empty"
+    exe = argv[0]
+    if "/" not in exe:
+        found = shutil.which(exe, path=search_path)
+        if found is None:
+            return f"PROGRAM {exe!r} is not found on PATH ({search_path}) for {current_user()}"
+        exe = found
+    if not _runnable(exe):
+        if not os.path.lexists(exe) and os.access(os.path.dirname(os.path.abspath(exe)), os.X_OK):
+            return f"PROGRAM {exe} does not exist"
+        return f"PROGRAM {exe} is not executable by {current_user()}: {_why_not_executable(exe)}"
+    try:
+        with open(exe, "rb") as f:
+            head = f.read(256)
+    except OSError as exc:
+        who = current_user()
+        return f"PROGRAM {exe} is not readable by {who} ({exc.strerror}); a script needs read"
+    if not head.startswith(b"#!"):
+        return None  # a binary: the kernel runs it
+    return _interpreter_problem(exe, head, search_path)
+
+
+def _interpreter_problem(exe: str, head: bytes, search_path: str) -> str | None:
+    """What keeps the ``#!`` interpreter of the script ``exe`` from running, or None."""
+    line = head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
+    words = line.split(None, 1)
+    if not words:
+        return f"PROGRAM {exe} has an empty #! line"
+    interp = words[0]
+    if not _runnable(interp):
+        return (
+            f"interpreter {interp} of PROGRAM {exe} (its #! line) is not executable by"
+            f" {current_user()}: {_why_not_executable(interp)}"
+        )
+    if os.path.basename(interp) == "env" and len(words) > 1:
+        args = [a for a in words[1].split() if not a.startswith("-")]
+        if args:
+            name = args[0]
+            found = shutil.which(name, path=search_path)
+            if found is None:
+                return (
+                    f"interpreter {name} of PROGRAM {exe} (#!{line}) is not found on PATH"
+                    f" ({search_path}) for {current_user()}"
+                )
+            if not _runnable(os.path.realpath(found)):
+                return (
+                    f"interpreter {found} of PROGRAM {exe} (#!{line}) is not executable by"
+                    f" {current_user()}: {_why_not_executable(found)}"
+                )
+    return None
+
+
+def program_checks(config: Config) -> list[Check]:
+    """One check per stage: its PROGRAM (and interpreter) runnable by the current user."""
+    out = []
+    for stage in config.stages.values():
+        problem = program_problem(stage.program)
+        out.append(
+            Check(
+                f"stage {stage.name}",
+                problem is None,
+                problem or f"PROGRAM {stage.program} runnable by {current_user()}",
+            )
+        )
+    return out
+
+
+def overlay_program_problems(file_config: Config, config: Config) -> list[str]:
+    """What is wrong with each PROGRAM that only the database overlay sets (a
+    new stage, or a changed PROGRAM): the same check as the file's, with the
+    overlay row named so the reader knows where to fix it.
+
+    Unlike the file's, these do not stop the dispatcher from starting: the
+    overlay changes at run time, and a stage whose PROGRAM cannot run is held
+    off (its rows wait as pending) until the row is fixed, while the other
+    stages run."""
+    problems = []
+    for name, stage in config.stages.items():
+        before = file_config.stages.get(name)
+        if before is not None and before.program == stage.program:
+            continue  # the file's PROGRAM: checked with the file
+        problem = program_problem(stage.program)
+        if problem:
+            problems.append(
+                f"stage {name}: {problem} (PROGRAM set in the database overlay:"
+                f" pepsi.config row [stage-{name}] PROGRAM; fix or delete that row)"
+            )
+    return problems
+
+
+def overlay_checks(config: Config) -> list[Check]:
+    """``serve --check``: a warning per PROGRAM the database overlay sets that
+    cannot run (none when the database or its overlay cannot be read: the
+    database checks say why); a graph the overlay breaks fails."""
+    import psycopg
+
+    try:
+        with psycopg.connect(config.dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT * FROM pepsi.stage_config()").fetchall()
+    except psycopg.Error:
+        return []
+    try:
+        overlaid = _config.apply_overlay(config, [tuple(r[:3]) for r in rows])
+    except _config.ConfigError as exc:
+        return [Check("database overlay", False, str(exc))]
+    problems = overlay_program_problems(config, overlaid)
+    return [Check("database overlay", True, p, warn=True) for p in problems]
+
+
+def searched_locations() -> list[str]:
+    home = os.environ.get("HOME") or "~"
+    return [
+        "-c (not given)",
+        "$PEPSI_CONFIG (not set)",
+        f"{home}/.config/pepsi.conf",
+        str(_config.SYSTEM_CONFIG),
+    ]
+
+
+def no_config_problem(config: Config) -> str | None:
+    """A dispatcher with no file and no stage would only take the lock: refuse it."""
+    if config.path is not None or config.stages:
+        return None
+    return (
+        "no configuration file found (looked at: "
+        + ", ".join(searched_locations())
+        + ") and no stage defined; give one with -c FILE or PEPSI_CONFIG"
+    )
+
+
+def _function_grants(conn, names: Iterable[str]) -> list[str]:
+    """The names among ``names`` the session's role cannot execute (no such function counts)."""
+    names = list(names)
+    rows = conn.execute(
+        "SELECT p.proname, bool_or(has_function_privilege(p.oid, 'EXECUTE'))"
+        " FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'pepsi' AND p.proname = ANY(%s) GROUP BY p.proname",
+        (names,),
+    ).fetchall()
+    allowed = {name for name, ok in rows if ok}
+    return [n for n in names if n not in allowed]
+
+
+MIGRATE_HINT = "run 'pepsi-queue migrate'"
+
+
+def _has_pepsi_schema(conn) -> bool:
+    return conn.execute("SELECT to_regnamespace('pepsi') IS NOT NULL").fetchone()[0]
+
+
+def database_checks(
+    dsn: str, head: str | None, connect: Callable[[str], object] | None = None
+) -> list[Check]:
+    """Reachable, schema at ``head``, and the role's grants for dispatching."""
+    import psycopg
+
+    out: list[Check] = []
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, application_name="pepsi-dispatch --check")
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        return [Check("database", False, f"cannot connect: {reason}")]
+    with conn:
+        user, db = conn.execute("SELECT current_user, current_database()").fetchone()
+        out.append(Check("database", True, f"connected to {db} as {user}"))
+        from pepsi_dispatch.schema.migrate import current_revision
+
+        try:
+            current = current_revision(conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            reason = exc.diag.message_primary or str(exc)
+            current = None
+            out.append(Check("schema", False, f"cannot read its version as {user}: {reason}"))
+        else:
+            if current is None:
+                out.append(Check("schema", False, f"{db} is not migrated; {MIGRATE_HINT}"))
+            elif head is not None and current != head:
+                out.append(
+                    Check(
+                        "schema",
+                        False,
+                        f"{db} is at revision {current}, this pepsi-dispatch needs {head};"
+                        f" {MIGRATE_HINT}",
+                    )
+                )
+            else:
+                out.append(Check("schema", True, f"at revision {current} (head)"))
+        if current is None and not _has_pepsi_schema(conn):
+            return out
+        (usage,) = conn.execute("SELECT has_schema_privilege('pepsi', 'USAGE')").fetchone()
+        missing = _function_grants(conn, DISPATCHER_FUNCTIONS)
+        if not usage or missing:
+            what = ["USAGE on schema pepsi"] if not usage else []
+            what += [f"EXECUTE on pepsi.{n}" for n in missing]
+            out.append(
+                Check(
+                    "grants",
+                    False,
+                    f"role {user} lacks {', '.join(what)};"
+                    f" GRANT pepsi_dispatcher TO {user} (as the schema owner)",
+                )
+            )
+        else:
+            out.append(Check("grants", True, f"role {user} may dispatch"))
+    return out
+
+
+def worker_dsn_checks(config: Config) -> list[Check]:
+    """Each distinct WORKER_DSN: reachable, and its role may run stage transitions."""
+    import psycopg
+
+    dsns = {}
+    for stage in config.stages.values():
+        dsn = stage.worker_dsn or config.dispatch.worker_dsn
+        if dsn:
+            dsns.setdefault(dsn, []).append(stage.name)
+    out = []
+    for dsn, stages in dsns.items():
+        name = f"WORKER_DSN of {', '.join(stages)}"
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                (user,) = conn.execute("SELECT current_user").fetchone()
+                missing = _function_grants(conn, STAGE_FUNCTIONS)
+        except psycopg.Error as exc:
+            out.append(Check(name, False, f"cannot connect: {' '.join(str(exc).split())}"))
+            continue
+        if missing:
+            out.append(
+                Check(
+                    name,
+                    False,
+                    f"role {user} cannot execute {', '.join('pepsi.' + n for n in missing)};"
+                    f" GRANT pepsi_stage TO {user}",
+                )
+            )
+        else:
+            out.append(Check(name, True, f"role {user} may run stage transitions"))
+    return out

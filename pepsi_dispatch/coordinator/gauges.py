@@ -1,0 +1,60 @@
+"""The dispatcher's in-memory gauges, sent with each heartbeat (``pepsi.heartbeat`` v3).
+
+pepsi-httpd reads them from ``pepsi.dispatchers.gauges`` and exports them on
+``/metrics`` (see docs/OPERATIONS.md). This keeps HTTP out of the
+dispatcher's loop: the gauges ride on a write it does anyway, once per
+heartbeat interval, so they are at most that old.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
+
+
+def worker_state(w: Any) -> str:
+    """busy (has ids in flight), idle, retiring or stopping."""
+    if w.stopping:
+        return "stopping"
+    if w.retiring:
+        return "retiring"
+    return "busy" if w.inflight else "idle"
+
+
+def collect(
+    pools: Mapping[str, StagePool],
+    leftover: Iterable[StagePool],
+    inflight_ids: int,
+    round_trips: int,
+    stats: Stats,
+    heartbeat_interval: float,
+) -> dict[str, Any]:
+    """A JSON-able snapshot of the gauges and since-start counters: the live
+    stage ``pools`` (and the ``leftover`` pools of stages a reload removed),
+    the ids held, the database round trips and the statistics."""
+    workers: dict[str, dict[str, int]] = {}
+    inflight: dict[str, int] = {}
+    for pool in [*pools.values(), *leftover]:
+        states = workers.setdefault(pool.name, {"busy": 0, "idle": 0, "retiring": 0, "stopping": 0})
+        for w in pool.workers:
+            states[worker_state(w)] += 1
+            inflight[pool.name] = inflight.get(pool.name, 0) + len(w.inflight)
+    for name in pools:
+        inflight.setdefault(name, 0)
+    st = stats
+    return {
+        "heartbeat_interval": heartbeat_interval,
+        "workers": workers,
+        "inflight": inflight,
+        "inflight_ids": inflight_ids,
+        "paused_stages": sorted(n for n, p in pools.items() if p.config.paused),
+        "round_trips": round_trips,
+        "claims": st.claims,
+        "messages": st.total_messages,
+        "stage_runs": st.total_stage_runs,
+        "db_round_trip_seconds": st.db_seconds.as_dict(),
+        "service_seconds": {name: h.as_dict() for name, h in st.service.items()},
+    }

@@ -1,0 +1,532 @@
+"""The dispatcher's event loop: one process, one thread, one selector.
+
+The selector watches the LISTEN connection's socket, every worker's pipes
+and the signal self-pipe; its timeout is the earliest deadline, and 0 exactly
+when database work is planned. Each wake: events (answers, notifications,
+signals), reaping, timers (reconnect, heartbeat, watchdogs), reload, then
+the database work in one pipeline (pepsi_dispatch/pipeline.py) and the
+placement of claimed ids. docs/INTERNALS.md shows the parts and their states.
+
+The invariant everything protects: **an id is never in two workers at once**
+(pepsi_dispatch/ledger.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import resource
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import psycopg
+
+from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
+from pepsi_dispatch.coordinator import gauges
+from pepsi_dispatch.coordinator.database.calls import DELAYED, Database
+from pepsi_dispatch.coordinator.database.link import DatabaseLink, LinkState
+from pepsi_dispatch.coordinator.database.wake import Pipeline
+from pepsi_dispatch.coordinator.failwatch import FailureWatch
+from pepsi_dispatch.coordinator.ledger import Ledger
+from pepsi_dispatch.coordinator.privileges import check_access, config_files, log_files
+from pepsi_dispatch.coordinator.sdnotify import Watchdog, notify
+from pepsi_dispatch.coordinator.signals import SelfPipe
+from pepsi_dispatch.coordinator.startup import open_database
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.sentinel import guard_process_tree
+from pepsi_dispatch.coordinator.workers.supervisor import Supervisor
+from pepsi_dispatch.errors import FatalError
+
+log = logging.getLogger(__name__)
+
+#: Retention: done rows deleted per purge_done call and calls per heartbeat.
+PURGE_BATCH = 1000
+PURGE_MAX_BATCHES = 20
+INF, LONGEST_WAIT = float("inf"), 86400.0  # epoll takes no wait over ~24.8 days
+
+
+class ReloadCause(enum.Enum):
+    """What asked for a reload."""
+
+    #: a ``config_changed`` notification: workers are retired only if the
+    #: configuration really changed.
+    NOTIFIED = "notified"
+    #: SIGHUP, the operator's explicit request: every worker is retired.
+    SIGHUP = "sighup"
+
+
+class Dispatcher:
+    """The coordinator: state of one ``pepsi-dispatch serve`` run."""
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], float] = time.monotonic,
+        db: Database | None = None,
+    ) -> None:
+        """``clock`` (monotonic seconds) and ``db`` are injected: a test passes a
+        fake clock and a stand-in database to drive the loop's planning."""
+        self.clock = clock
+        self.config = config
+        #: the configuration as read from the file, without the overlay: a
+        #: reconnect re-applies only the overlay to it, never re-reading the file
+        #: (as SERVICE_USER, maybe half edited).
+        self.file_config = config
+        self.dispatch_config = dispatch_config = config.dispatch
+        self.db = db if db is not None else Database(config.dsn, dispatch_config.competing)
+        self.sel = selectors.DefaultSelector()
+        #: the connections' state machine: pepsi_dispatch/dblink.py.
+        self.link = DatabaseLink(self.db, self.sel)
+        self.stats = Stats()
+        self.dispatcher_id = 0
+        #: who holds which id, the writes owed about ids (kept until the
+        #: pipeline carrying them succeeds), the claim floors: pepsi_dispatch/ledger.py.
+        self.ledger = Ledger(self.dispatch_config.competing)
+        #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
+        self.failwatch = FailureWatch(self.dispatch_config.stats_interval, clock())
+        self.watchdog = Watchdog()
+        #: the workers: pepsi_dispatch/supervisor.py.
+        self.workers = Supervisor(
+            config,
+            self.sel,
+            self.stats,
+            self.ledger,
+            lambda: self.link.connected,
+            self._answers_read,
+            self.failwatch,
+        )
+        #: the database work of each wake: pepsi_dispatch/pipeline.py.
+        self.pipeline = Pipeline(
+            dispatch_config, self.db, self.link, self.ledger, self.workers, self.stats, self.clock
+        )
+        # Flags and timers (monotonic seconds).
+        self.next_heartbeat = 0.0
+        self.reload_pending = False
+        #: what asked for the pending reload (SIGHUP retires workers even if nothing changed).
+        self.reload_cause = ReloadCause.NOTIFIED
+        #: a reload only if the stage table differs (after a reconnect).
+        self.reload_if_changed = False
+        #: register_stages after a reload failed: try again on the heartbeat.
+        self.stages_unregistered = False
+        self.shutting_down = False
+        self.shutdown_deadline = INF
+        self.signals_seen = 0
+        #: a fatal error that ends the run after a graceful shutdown (exit 1).
+        self.fatal: str | None = None
+        #: signal handlers only set flags; their wakeup fd wakes the selector.
+        self.signals = SelfPipe()
+        self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
+
+    # == start-up ================================================================
+    def start(self) -> None:
+        """Connect, lock, register, LISTEN, reset orphans; raises UsageError if refused."""
+        # Privileges are dropped by now: what a reload or a log rotation will need
+        # later must work for this user, or we refuse to start (exit 2).
+        check_access(config_files(self.config), log_files())
+        self.config, self.dispatcher_id = open_database(self.db, self.config)
+        self.link.up(self.db.listen_pid())
+        self.link.watch_listen()
+        self.workers.dispatcher_id = self.pipeline.dispatcher_id = self.dispatcher_id
+        self.workers.build(self.config)
+        stages = ", ".join(
+            f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
+        )
+        log.info(
+            "pepsi-dispatch started: dispatcher %d, %s mode, pid %d, config %s, stages: %s",
+            self.dispatcher_id,
+            "competing" if self.dispatch_config.competing else "single",
+            os.getpid(),
+            self.config.path or "built-in defaults",
+            stages or "(none)",
+        )
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        # Between bytecodes of the main thread; only sets flags (the wakeup fd woke the selector).
+        if signum == signal.SIGCHLD:
+            self.workers.reap_all = True
+        elif signum == signal.SIGHUP:
+            self.reload_pending = True
+            self.reload_cause = ReloadCause.SIGHUP
+        else:
+            self.signals_seen += 1
+
+    # == the loop ================================================================
+    def run(self) -> int:
+        """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
+        self.signals.install(self.sel, self._on_signal)
+        self.workers.sentinel = guard_process_tree()  # subreaper; kills groups if we die
+        try:
+            if self.signals_seen:  # stopped before start-up: nothing to clean up
+                log.info("stop signal before start-up: exiting")
+                return 0
+            self.start()
+            notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
+            now = self.clock()
+            self.next_heartbeat = now + self.heartbeat_interval
+            self.pipeline.requeue_at = now
+            while True:
+                now = self.clock()
+                timeout = min(self.next_timeout(now), LONGEST_WAIT)
+                events = self.sel.select(max(0.0, timeout))
+                now = self.clock()
+                for key, _mask in events:
+                    kind, w = key.data
+                    if kind in ("out", "err", "in"):
+                        self.workers.on_event(kind, w, now)
+                    elif kind == "listen":
+                        self._on_listen(now)
+                    else:
+                        self.signals.drain()
+                if self.signals_seen and not self.shutting_down:
+                    self._begin_shutdown(now)
+                elif self.signals_seen > 1 and self.shutdown_deadline > now:
+                    log.warning("second stop signal: killing workers now")
+                    self.shutdown_deadline = now
+                self.workers.reap(now)
+                self._timers(now)
+                db_ready = self.link.ready(now)
+                if self.reload_pending and not self.shutting_down and db_ready:
+                    self.reload_pending = False
+                    cause, self.reload_cause = self.reload_cause, ReloadCause.NOTIFIED
+                    self._reload(now, self.reload_if_changed, cause)
+                    self.reload_if_changed = False
+                if db_ready:
+                    self._db_iteration(now)
+                if self.shutting_down and not self.workers.all():
+                    return self._finish_shutdown()
+        finally:
+            self.signals.restore()
+            self.db.close()
+            self.workers.sentinel.close()
+
+    def next_timeout(self, now: float) -> float:
+        """Seconds until the earliest timer (INF: none)."""
+        link = self.link
+        held = link.held(now)
+        db_ready = link.ready(now)
+        # Zero exactly when database work is due now: the plan the next wake will
+        # send is computed by the same function (while the database is away these
+        # wait for the reconnect; a reload never runs once stopping, so it must
+        # not spin the loop then).
+        if db_ready and (
+            (self.reload_pending and not self.shutting_down)
+            or self.pipeline.due(now, self.shutting_down)
+        ):
+            return 0.0
+        t = INF
+        if held:
+            t = min(t, link.hold_until)
+        elif link.connected:
+            # The heartbeat goes on while stopping: until we unregister, our
+            # workers still run our rows (competing: no replica may take them).
+            t = min(t, self.next_heartbeat)
+            if not self.shutting_down:
+                t = min(t, self.pipeline.requeue_deadline())
+            # Statistics: at STATS_INTERVAL, or soon after going idle.
+            t = min(t, self.pipeline.flush_deadline(idle=db_ready and not self.workers.busy()))
+        else:
+            t = min(t, link.reconnect_at)
+        t = min(t, self.shutdown_deadline, self.watchdog.due())
+        t = min(t, self.workers.watchdogs.next_deadline(now))
+        return t - now
+
+    # == events ==================================================================
+    def _answers_read(self) -> None:
+        """Answers came in: a stage may have paused a row (pausing does not notify)."""
+        self.pipeline.requeue_dirty = True
+
+    def _on_listen(self, now: float) -> None:
+        try:
+            channels = self.db.notifications()
+        except psycopg.Error as exc:
+            self.link.lost(now, exc)
+            return
+        for channel in channels:
+            if channel == "config_changed":
+                self.reload_pending = True
+            else:
+                # An insert that took a low id may commit after a claim passed it.
+                self.ledger.rescan()
+                if channel == DELAYED:  # a delayed message: learn when it is due
+                    self.pipeline.requeue_dirty = True
+
+    def _timers(self, now: float) -> None:
+        """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
+        self.watchdog.tick(now)
+        self.failwatch.check(now)
+        if not self.link.connected and now >= self.link.reconnect_at:
+            self._reconnect(now)
+        if self.link.ready(now) and now >= self.next_heartbeat:
+            if self.shutting_down:
+                self._shutdown_heartbeat(now)
+            else:
+                self._heartbeat(now)
+        self.workers.watchdogs.fire_due(now)
+        if self.shutting_down and now >= self.shutdown_deadline:
+            self.workers.kill_all_now(now)
+
+    # == database ================================================================
+    def _db_iteration(self, now: float) -> None:
+        """This wake's database work, planned once, in one pipeline; then place
+        claimed ids, and flush statistics when due."""
+        plan = self.pipeline.plan(now, self.shutting_down)
+        if plan:
+            facts = self.pipeline.run(plan, now)
+            for stage in facts.claim_failed:
+                self.workers.hold_off(stage, now, "its claim failed (see the ERROR line above)")
+            if facts.claimed:
+                self.workers.place(facts.claimed, now, self.clock)
+        self.pipeline.flush_stats(now)
+
+    def _shutdown_heartbeat(self, now: float) -> None:
+        """While stopping: only say we are alive (no claims, resets or purges).
+
+        In competing mode a replica whose heartbeat is older than
+        ORPHAN_TIMEOUT has its rows reset by the others -- while its workers
+        may still be finishing them within SHUTDOWN_TIMEOUT.
+        """
+        self.next_heartbeat = now + self.heartbeat_interval
+        try:
+            self.check_registration()
+            self.db.heartbeat(self.dispatcher_id)
+        except psycopg.Error as exc:
+            self.link.lost(now, exc)
+
+    def _heartbeat(self, now: float) -> None:
+        self.next_heartbeat = now + self.heartbeat_interval
+        # Rows made pending without a notification (an operator's requeue_failed)
+        # are claimed at the latest on this tick (when busy, within about a second:
+        # a claim in the same pipeline as requeue_due goes unbounded).
+        self.ledger.forget_floors()
+        try:
+            self.check_registration()
+            self.db.heartbeat(
+                self.dispatcher_id,
+                gauges.collect(
+                    self.workers.pools,
+                    self.workers.leftover,
+                    self.ledger.holding(),
+                    self.pipeline.round_trips,
+                    self.stats,
+                    self.heartbeat_interval,
+                ),
+            )
+            self.db.ping_listen()
+            self._on_listen(now)  # notifications that arrived during the ping
+            if not self.link.connected:
+                return
+            if self.stages_unregistered:
+                self._register_stages(now)
+            if self.dispatch_config.competing:
+                n = self.db.reset_orphans(self.dispatcher_id, self.dispatch_config.orphan_timeout)
+                if n:
+                    log.info("reset %d orphaned running row(s) of dead replicas to pending", n)
+            if self.dispatch_config.retention > 0:
+                purged = 0
+                for _ in range(PURGE_MAX_BATCHES):
+                    n = self.db.purge_done(self.dispatch_config.retention, PURGE_BATCH)
+                    purged += n
+                    if n < PURGE_BATCH:
+                        break
+                if purged:
+                    log.info("purged %d done row(s) older than RETENTION", purged)
+        except psycopg.Error as exc:
+            self.link.lost(now, exc)
+            return
+        self.pipeline.requeue_at = now
+        self.ledger.want_claim()
+
+    def _reconnect(self, now: float) -> None:
+        """One reconnect attempt (pepsi_dispatch/dblink.py), then what it means here."""
+        done = self.link.reconnect(now, self._resume)
+        if self.link.state is LinkState.LOCK_LOST:
+            self._abort_fatal()
+            return
+        if done is None:
+            return
+        self.ledger.rescan()  # stray rows were released; notifications may be lost
+        self.pipeline.requeue_at = now
+        if done is LinkState.RECONNECT_WORK:
+            return  # no notification was missed: the listen connection stayed
+        # A config_changed may have been missed while disconnected: reload, but
+        # retire workers only if the stage table really changed.
+        self.reload_pending = True
+        self.reload_if_changed = True
+
+    def _resume(self, now: float) -> None:
+        """Reconnected, the lock ours: are we still registered, and which rows
+        do we hold that no worker has? Raises psycopg.Error."""
+        # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
+        self.check_registration()
+        self.db.heartbeat(self.dispatcher_id)
+        # Rows the database says we hold but no worker has (a claim that
+        # committed while its answer was lost) go back to pending; rows
+        # with an owed failure or answer check are left for those writes.
+        self.pipeline.release_strays()
+
+    def check_registration(self) -> None:
+        """Competing: if another replica declared us dead and reset our rows,
+        kill every worker and drop every id it held, or that we owed a write
+        for: none of them is ours any more (a late write would be refused by
+        the fencing token anyway, but the work itself must stop). The
+        heartbeat then registers us again."""
+        if not self.pipeline.declared_dead():
+            return
+        n_workers = len(self.workers.all())
+        held = self.workers.drop_all()
+        self.ledger.drop_all()
+        log.error(
+            "this replica was declared dead by another (its heartbeat was older than"
+            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
+            " %d message(s) they held; registering again",
+            n_workers,
+            held,
+        )
+
+    def _abort_fatal(self) -> None:
+        """Another dispatcher owns the database: kill our workers and stop.
+
+        Before going, the owed writes and the stats are still sent (best
+        effort): the writes are fenced by dispatcher_id, so they change only
+        rows still held by this dispatcher.
+        """
+        self.workers.abandon_all()
+        self.pipeline.settle_fenced()
+        raise FatalError(self.link.lock_lost or self.fatal or "fatal error")
+
+    # == reload ==================================================================
+    def _reload(
+        self,
+        now: float,
+        only_if_changed: bool = False,
+        cause: ReloadCause = ReloadCause.NOTIFIED,
+    ) -> None:
+        try:
+            # The same file, not a new search (after the privilege drop HOME differs);
+            # the overlay goes on top of the file as at start-up. After a reconnect
+            # (only_if_changed) only the overlay is read again.
+            base = self.file_config if only_if_changed else reread_config(self.config)
+            new = apply_overlay(base, self.db.overlay())
+        except ConfigError as exc:
+            log.error("reloaded configuration does not parse: %s; shutting down", exc)
+            self.fatal = f"reloaded configuration does not parse: {exc}"
+            self._begin_shutdown(now)
+            return
+        except psycopg.Error as exc:
+            self.reload_pending = True
+            self.reload_if_changed = only_if_changed
+            if cause is ReloadCause.SIGHUP:
+                self.reload_cause = cause
+            self.link.lost(now, exc)
+            return
+        self.file_config = base
+        if only_if_changed and new.stages == self.config.stages:
+            return
+        if (
+            cause is ReloadCause.NOTIFIED
+            and new.stages == self.config.stages
+            and new.sections == self.config.sections
+        ):
+            # A notification for a change that changes nothing (an overlay row set
+            # to the value it had, a touched file): the workers stay.
+            log.info("configuration reloaded: nothing changed, workers kept")
+            return
+        # [pepsi-dispatch] options are read once; only the stage table changes.
+        self.config = replace(new, dsn=self.config.dsn, dispatch=self.dispatch_config)
+        self._register_stages(now)
+        n = self.workers.retire_all(now)
+        self.workers.build(self.config)
+        self.ledger.rescan()
+        log.info(
+            "configuration reloaded: stages %s; retiring %d worker(s)",
+            ", ".join(
+                f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
+            )
+            or "(none)",
+            n,
+        )
+
+    def _register_stages(self, now: float) -> None:
+        """The stage table into pepsi.stages (ingress checks, RETRY_DELAY); retried
+        on the heartbeat while it fails."""
+        self.stages_unregistered = True
+        try:
+            self.db.register_stages(self.dispatcher_id, self.config.stages.values())
+        except psycopg.Error as exc:
+            self.link.lost(now, exc)
+            return
+        self.stages_unregistered = False
+
+    # == shutdown ================================================================
+    def _begin_shutdown(self, now: float) -> None:
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        notify("STOPPING=1")
+        self.shutdown_deadline = now + self.dispatch_config.shutdown_timeout
+        log.info(
+            "stopping: no more claims; SIGTERM to %d worker(s), SHUTDOWN_TIMEOUT %g s",
+            len(self.workers.all()),
+            self.dispatch_config.shutdown_timeout,
+        )
+        self.workers.terminate_all()
+
+    def _finish_shutdown(self) -> int:
+        """All workers are gone: settle owed writes, release held rows, flush, unregister."""
+        self.pipeline.log_requeues(self.clock())
+        deadline = self.clock() + max(self.dispatch_config.shutdown_timeout, 1.0)
+        while True:
+            now = self.clock()
+            if not self.link.wait_ready(now, deadline, self.clock, self._reconnect):
+                if now < deadline:
+                    continue
+                log.error(
+                    "stopped without %s: held rows stay running "
+                    "until the next dispatcher resets them",
+                    "a database connection"
+                    if not self.link.connected
+                    else "settling them (errors)",
+                )
+                return 1
+            try:
+                n = self.pipeline.settle_at_exit()
+            except psycopg.Error as exc:
+                self.link.lost(now, exc)
+                continue
+            break
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        log.info(
+            "pepsi-dispatch stopped: dispatcher %d, %d message(s) handed out, %d stage run(s),"
+            " %d database round trip(s), %.2f s CPU%s",
+            self.dispatcher_id,
+            self.stats.total_messages,
+            self.stats.total_stage_runs,
+            self.pipeline.round_trips,
+            usage.ru_utime + usage.ru_stime,
+            f", {n} held row(s) released" if n else "",
+        )
+        if self.fatal:
+            raise FatalError(self.fatal)
+        return 0
+
+
+def _heartbeat_interval(dispatch_config: DispatchConfig) -> float:
+    """POLL_INTERVAL; competing, at most a third of ORPHAN_TIMEOUT; at least 50 ms."""
+    interval = dispatch_config.poll_interval
+    if dispatch_config.competing:
+        interval = min(interval, dispatch_config.orphan_timeout / 3)
+    return max(interval, 0.05)
+
+
+def serve(config: Config) -> int:
+    """Run the dispatcher until SIGINT/SIGTERM; returns the exit code. Raises
+    UsageError (exit 2: the database is served by another dispatcher, a bad
+    overlay at start-up) and FatalError (exit 1: e.g. a reload that does not parse)."""
+    return Dispatcher(config).run()
+
+
+__all__ = ["Dispatcher", "serve"]

@@ -1,0 +1,1 @@
+"""The coordinator's workers' side: stage pools, worker processes, answers, exits, watchdogs."""

@@ -1,0 +1,196 @@
+"""How a dead worker's unanswered ids are settled (issue 7, invariant 5).
+
+:func:`process.classify_exit` decides what the end was; :func:`settle_exit`
+records its outcome in the ledger and statistics and says it in the log:
+
+- crash: the head-of-line message fails, the rest are released;
+- died before reading: nothing fails, the stage cools down;
+- killed (MAX_RUNTIME, protocol error, watchdog): all are released (a
+  timeout's head was already failed as ``timeout`` by the watchdog);
+- exit 75 (EX_TEMPFAIL): all are released, the stage cools down;
+- exit 78 (no stage in its configuration): all are released, ERROR, cool down;
+- ids never delivered (EPIPE) were released by the ledger when reaped.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+
+from pepsi_dispatch.contract import EX_TEMPFAIL
+from pepsi_dispatch.coordinator.failwatch import FailureWatch
+from pepsi_dispatch.coordinator.ledger import Ledger
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.process import ExitKind, WorkerProcess, describe_exit
+from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitBooks:
+    """Where a worker's end is written down: the in-flight ledger (who failed,
+    who is released), the failure watch and the statistics."""
+
+    ledger: Ledger
+    failwatch: FailureWatch
+    stats: Stats
+
+
+def settle_exit(
+    books: ExitBooks,
+    w: WorkerProcess,
+    pool: StagePool | None,
+    kind: ExitKind,
+    rc: int,
+    ids: list[int],
+    n_undelivered: int,
+    now: float,
+    shutting_down: bool,
+    config_path: str,
+) -> None:
+    """Settle the unanswered ``ids`` of the dead worker ``w`` as ``kind`` says.
+    ``config_path`` is the dispatcher's configuration file, named in the fix
+    for a worker that does not know its stage."""
+    if kind is ExitKind.CRASH:
+        # A crash: the head-of-line message fails, the rest never ran.
+        reason = describe_exit(rc)
+        books.ledger.crashed(ids, reason)
+        books.failwatch.failed(w.stage, reason)
+        books.stats.crashed(w.stage, now - w.head_since)
+        log.warning(
+            "stage %s worker pid %d crashed: %s; message %d failed, %d released",
+            w.stage,
+            w.pid,
+            reason,
+            ids[0],
+            len(ids) - 1,
+        )
+    else:
+        books.ledger.release(ids)
+    cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, config_path)
+    expected = w.stopping or shutting_down
+    if (
+        pool is not None
+        and not cooled
+        and not expected
+        and not w.killed
+        and w.answers_received == 0
+        and not shutting_down
+    ):
+        pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
+
+
+def log_exit(
+    w: WorkerProcess,
+    pool: StagePool | None,
+    kind: ExitKind,
+    rc: int,
+    n: int,
+    n_undelivered: int,
+    now: float,
+    shutting_down: bool,
+    config_path: str,
+) -> bool:
+    """Say how ``w`` ended (cooling its stage down where that is the answer);
+    True if it started a cooldown."""
+    exit_text = describe_exit(rc).removeprefix("worker ")
+    if kind is ExitKind.NO_STAGE:
+        return _no_stage(w, pool, rc, n + n_undelivered, now, config_path)
+    if kind is ExitKind.DIED_BEFORE_READING or kind is ExitKind.TEMPFAIL:
+        return _cool_down(w, pool, kind, exit_text, n, n_undelivered, now)
+    if kind is ExitKind.DB_DOWN:
+        log.warning(
+            "stage %s worker pid %d %s while the database is unreachable;"
+            " %d message(s) released, none failed",
+            w.stage,
+            w.pid,
+            exit_text,
+            n,
+        )
+    elif kind is ExitKind.KILLED:
+        log.info("stage %s worker pid %d killed; %d message(s) released", w.stage, w.pid, n)
+    elif kind is ExitKind.STOPPED:
+        # Dying of the SIGTERM we sent is a normal way to stop.
+        normal = rc == 0 or (shutting_down and rc == -signal.SIGTERM)
+        log.log(
+            logging.INFO if normal else logging.WARNING,
+            "stage %s worker pid %d stopped (%s): %s%s",
+            w.stage,
+            w.pid,
+            w.stop_reason or "dispatcher stopping",
+            exit_text,
+            f"; {n} message(s) released" if n else "",
+        )
+    elif kind is ExitKind.EXITED:
+        log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)
+    return False
+
+
+def _no_stage(
+    w: WorkerProcess, pool: StagePool | None, rc: int, n: int, now: float, config_path: str
+) -> bool:
+    """The worker did not find its stage in its configuration and touched
+    nothing (worker SDK): no failure, the stage waits for a fixed config."""
+    if pool is None:
+        return False
+    if now >= pool.cooldown_until:
+        log.error(
+            "stage %s: worker pid %d found no stage %s in its configuration"
+            " (exit %d); fix PROGRAM or give it this dispatcher's file (%s:"
+            " PEPSI_CONFIG, or CONFIG_FILE in [pepsi-dispatch]); %d message(s)"
+            " stay pending",
+            w.stage,
+            w.pid,
+            w.stage,
+            rc,
+            config_path,
+            n,
+        )
+    pool.start_cooldown(now, f"worker pid {w.pid} does not know stage {w.stage}")
+    return True
+
+
+def _cool_down(
+    w: WorkerProcess,
+    pool: StagePool | None,
+    kind: ExitKind,
+    exit_text: str,
+    n: int,
+    n_undelivered: int,
+    now: float,
+) -> bool:
+    """A worker that died before reading, or exited 75: nothing it held is
+    done, nothing fails; its stage cools down. True if a cooldown started."""
+    if kind is ExitKind.DIED_BEFORE_READING:
+        # Its head-of-line message never started, so nothing fails --
+        # otherwise a broken PROGRAM (bad arguments, a missing library) would
+        # slowly fail the whole backlog, one message per cooldown.
+        if pool is None:
+            return False
+        pool.start_cooldown(
+            now,
+            f"worker pid {w.pid} {exit_text} before reading its input"
+            f" ({n + n_undelivered} message(s) stay pending)",
+        )
+        return True
+    # "I could not reach the database; nothing I held is done."
+    if pool is not None:
+        pool.start_cooldown(
+            now,
+            f"worker pid {w.pid} could not reach the database (exit {EX_TEMPFAIL});"
+            f" {n} message(s) released",
+        )
+        return True
+    log.warning(
+        "stage %s worker pid %d could not reach the database (exit %d); %d message(s) released",
+        w.stage,
+        w.pid,
+        EX_TEMPFAIL,
+        n,
+    )
+    return False
+
+
+__all__ = ["ExitBooks", "log_exit", "settle_exit"]

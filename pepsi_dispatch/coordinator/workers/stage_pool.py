@@ -1,0 +1,252 @@
+"""Per-stage worker pools: capacity, packing, spawn and cooldown.
+
+A :class:`StagePool` holds the live workers of one stage and decides where
+claimed ids go. Its invariants (SPEC §6):
+
+* never more than PARALLELISM workers *processing* (retiring ones count, so a
+  reload never overshoots the cap). A worker that nears MAX_MESSAGES gets a
+  *warm spare*: its replacement is started early but handed nothing -- it holds
+  no slot and processes nothing -- until the old worker has drained and given
+  its slot up; then the spare takes the slot at once, already started;
+* never more than QUEUE_LIMIT unanswered ids on one worker;
+* work packed onto the fewest workers: ids go to the fullest worker that still
+  has room, and a new worker is spawned only when all are full -- so surplus
+  workers go idle and are stopped after WORKER_IDLE_TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from pepsi_dispatch.backoff import Backoff
+from pepsi_dispatch.config import StageConfig
+from pepsi_dispatch.coordinator.workers.process import WorkerProcess
+
+log = logging.getLogger(__name__)
+
+#: Spawn cooldown: first hold-off, then doubling up to the cap (seconds).
+COOLDOWN_FIRST = 1.0
+COOLDOWN_MAX = 60.0
+#: Assumed start-up time of a worker (spawn to first answer) until one is measured.
+STARTUP_GUESS = 0.5
+
+
+class StagePool:
+    """The workers of one stage and its spawn cooldown."""
+
+    def __init__(self, config: StageConfig, generation: int) -> None:
+        """A pool for the stage ``config`` describes (no workers yet)."""
+        self.config = config
+        self.name = config.name
+        self.generation = generation
+        self.workers: list[WorkerProcess] = []
+        #: monotonic time until which no worker is spawned (0 = none).
+        self.cooldown_until = 0.0
+        #: delay of the next cooldown (1 s doubling to 60 s; reset by an answer).
+        self.cooldown = Backoff(COOLDOWN_FIRST, COOLDOWN_MAX)
+        #: warm spares: started, handed nothing, holding no slot (pids in ``workers``).
+        self.spares: set[int] = set()
+        #: workers that drained at MAX_MESSAGES and gave their slot up while exiting.
+        self.recycled: set[int] = set()
+        #: workers that already have a spare started for them.
+        self.heirs: set[int] = set()
+        #: spawn time per worker pid until its first answer; start-up estimate (s).
+        self.spawned_at: dict[int, float] = {}
+        self.startup = STARTUP_GUESS
+
+    # -- numbers --------------------------------------------------------------
+    @property
+    def parallelism(self) -> int:
+        """PARALLELISM: most workers at once (retiring ones included)."""
+        return self.config.parallelism
+
+    @property
+    def queue_limit(self) -> int:
+        """QUEUE_LIMIT: most unanswered ids on one worker."""
+        return self.config.queue_limit
+
+    @property
+    def max_messages(self) -> int:
+        """MAX_MESSAGES: ids one worker gets before it is recycled."""
+        return self.config.max_messages
+
+    def room(self, w: WorkerProcess) -> int:
+        """How many more ids ``w`` may take now."""
+        if w.retiring or w.stopping or w.eof or w.stdin_fd is None or w.pid in self.spares:
+            return 0
+        return max(0, min(self.queue_limit - len(w.inflight), self.max_messages - w.sent))
+
+    def holders(self) -> int:
+        """Workers holding a PARALLELISM slot: all but warm spares and recycled ones.
+
+        A recycled worker has drained (nothing in flight, stdin closed) and is
+        only exiting; a spare has been handed nothing yet. Neither processes.
+        """
+        return len(self.workers) - len(self.spares) - len(self.recycled)
+
+    def inflight(self) -> int:
+        """Unanswered ids on this stage's workers."""
+        return sum(len(w.inflight) for w in self.workers)
+
+    def capacity(self, now: float) -> int:
+        """Ids this stage can place right now (what to claim).
+
+        Room on live workers plus QUEUE_LIMIT per worker slot still free;
+        during a spawn cooldown only slots a warm spare can take count. This is PARALLELISM ×
+        QUEUE_LIMIT minus what is in flight, minus what retiring workers and
+        MAX_MESSAGES make unusable -- so claimed ids always find a place.
+        A PAUSED stage claims nothing (its workers finish what they hold).
+        """
+        if self.config.paused:
+            return 0
+        cap = sum(self.room(w) for w in self.workers)
+        slots = max(0, self.parallelism - self.holders())
+        if now < self.cooldown_until:
+            slots = min(slots, len(self.spares))  # a started spare may still take a slot
+        return cap + slots * self.queue_limit
+
+    # -- placement ---------------------------------------------------------------
+    def place(
+        self,
+        ids: list[int],
+        now: float,
+        spawn: Callable[[StagePool], WorkerProcess | None],
+    ) -> tuple[list[tuple[WorkerProcess, list[int]]], list[int]]:
+        """Distribute ``ids`` (in order) over workers, spawning as needed.
+
+        Returns the (worker, ids) assignments -- one batch per worker, to be
+        written in one go -- and the ids that found no place (spawn failed or
+        cooldown), which the caller releases at once.
+        """
+        out: list[tuple[WorkerProcess, list[int]]] = []
+        i = 0
+        used: set[int] = set()
+        while i < len(ids):
+            best: WorkerProcess | None = None
+            best_room = 0
+            for w in self.workers:
+                if w.pid in used:
+                    continue
+                r = self.room(w)
+                if r > 0 and (best is None or len(w.inflight) > len(best.inflight)):
+                    best, best_room = w, r
+            if best is None:
+                if self.holders() >= self.parallelism:
+                    break
+                best = self._promote()
+                if best is None and now < self.cooldown_until:
+                    break
+                if best is None:
+                    best = spawn(self)
+                if best is None:
+                    break
+                best_room = self.room(best)
+                if best_room <= 0:
+                    break
+            used.add(best.pid)
+            batch = ids[i : i + best_room]
+            i += len(batch)
+            out.append((best, batch))
+        return out, ids[i:]
+
+    # -- recycling ---------------------------------------------------------------
+    def _promote(self) -> WorkerProcess | None:
+        """A warm spare takes a free slot (the oldest first); None if there is none."""
+        for w in self.workers:
+            if w.pid in self.spares and not (
+                w.retiring or w.stopping or w.eof or w.stdin_fd is None
+            ):
+                self.spares.discard(w.pid)
+                return w
+        return None
+
+    def answered(self, w: WorkerProcess, now: float) -> None:
+        """Note ``w``'s first answer: the start-up time of this stage's workers.
+
+        Only workers handed ids at once count (a spare's first answer also
+        includes its wait); a moving average follows the load of the box.
+        """
+        t0 = self.spawned_at.pop(w.pid, None)
+        if t0 is not None:
+            self.startup = 0.7 * self.startup + 0.3 * (now - t0)
+
+    def wants_spare(self, w: WorkerProcess, now: float) -> bool:
+        """Should a replacement for ``w`` start now, so it is warm when ``w`` drains?
+
+        Yes once ``w`` has been handed its last id, or earlier when, at its answer
+        rate so far, its remaining messages take less than twice the measured
+        start-up time of this stage's workers (at most one spare per worker).
+        """
+        if w.pid in self.heirs or w.pid in self.spares or w.retiring or w.stopping:
+            return False
+        if now < self.cooldown_until:
+            return False
+        if w.sent >= self.max_messages:
+            return True
+        if w.answers_received < self.queue_limit or not w.first_given:
+            return False  # too early to tell its rate
+        left = self.max_messages - w.answers_received
+        rate = w.answers_received / max(1e-3, now - w.first_given)
+        return left <= rate * 2 * self.startup + self.queue_limit
+
+    def forget(self, w: WorkerProcess) -> None:
+        """``w`` is gone (reaped): drop it from the recycling books."""
+        self.spares.discard(w.pid)
+        self.recycled.discard(w.pid)
+        self.heirs.discard(w.pid)
+        self.spawned_at.pop(w.pid, None)
+
+    # -- cooldown ----------------------------------------------------------------
+    def start_cooldown(self, now: float, why: str) -> None:
+        """Hold the stage off spawning for a growing delay (1 s doubling to 60 s).
+
+        While a cooldown runs, further reasons (the other workers of the same
+        failed batch) neither extend nor log it: one line per cooldown.
+        """
+        if now < self.cooldown_until:
+            log.debug("stage %s: %s (already cooling down)", self.name, why)
+            return
+        delay = self.cooldown.next()
+        self.cooldown_until = now + delay
+        log.warning("stage %s: %s; holding off new workers for %.0f s", self.name, why, delay)
+
+    def success(self) -> None:
+        """A worker answered: the stage works, forget the cooldown history."""
+        self.cooldown.reset()
+
+
+#: libpq variables that may carry the dispatcher's password: never passed to a
+#: worker that has a WORKER_DSN of its own.
+PASSWORD_ENV = ("PGPASSWORD", "PGPASSFILE", "PGSERVICE", "PGSERVICEFILE")
+
+
+def worker_env(
+    base: Mapping[str, str],
+    stage: str,
+    dsn: str,
+    dispatcher_id: int,
+    config_path: object = None,
+    worker_dsn: str | None = None,
+) -> dict[str, str]:
+    """Environment of a worker: ours plus PEPSI_STAGE, PEPSI_DSN, PEPSI_DISPATCHER_ID.
+
+    ``PEPSI_CONFIG`` names the file the dispatcher loaded (``config_path``) unless
+    it is set already, so the worker's default search finds the same file. With a
+    ``worker_dsn`` (WORKER_DSN) that is its PEPSI_DSN and the libpq password
+    variables are dropped: the dispatcher's credentials never reach a worker.
+    """
+    env = dict(base)
+    if worker_dsn:
+        dsn = worker_dsn
+        for name in PASSWORD_ENV:
+            env.pop(name, None)
+    if config_path is not None and not env.get("PEPSI_CONFIG"):
+        env["PEPSI_CONFIG"] = str(config_path)
+    env["PEPSI_STAGE"] = stage
+    env["PEPSI_DSN"] = dsn
+    env["PEPSI_DISPATCHER_ID"] = str(dispatcher_id)
+    return env
+
+
+__all__ = ["StagePool", "WorkerProcess", "worker_env"]

@@ -1,0 +1,1 @@
+"""Developer tooling run from a checkout (benchmark, demo, embedded cluster); not in the wheel."""

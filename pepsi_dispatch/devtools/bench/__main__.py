@@ -1,0 +1,152 @@
+"""``make bench`` / ``python -m pepsi_dispatch.devtools.bench``: the benchmark's command line.
+
+Chooses the run: the throughput and latency runs of :mod:`.core`, the side-by-side
+run against peer queues (:mod:`.peers`), or the scrape comparison (:mod:`.scrape`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import psycopg
+
+from pepsi_dispatch.devtools.bench.core import latency, machine_facts, say, throughput
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pepsi_dispatch.devtools.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--stages", type=int, default=3)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--queue-limit", type=int, default=32)
+    parser.add_argument(
+        "--worker",
+        action="append",
+        choices=["sdk", "sdk-gc", "raw"],
+        help="stage program(s) to measure (repeatable; default: sdk, sdk-gc, raw)",
+    )
+    parser.add_argument("--group-commit", action="store_true", help="shorthand for --worker sdk-gc")
+    parser.add_argument(
+        "--latency",
+        type=int,
+        default=200,
+        metavar="N",
+        help="latency samples (0: skip the latency run)",
+    )
+    parser.add_argument("--no-throughput", action="store_true", help="only the latency run")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="enqueue while the dispatcher runs (no ANALYZE first; clock from the first enqueue)",
+    )
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the workers N times, interleaved; medians"
+    )
+    parser.add_argument(
+        "--scrape",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="each throughput run alone and with pepsi-httpd's /metrics scraped every SECONDS,"
+        " side by side (default worker sdk-gc; see pepsi_dispatch/bench_scrape.py)",
+    )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="side by side with graphile-worker, procrastinate, PgQueuer and the pgbench"
+        " commit floor, 1 stage (see pepsi_dispatch.devtools.bench.peers); installs them first",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="--peers: interleaved rounds")
+    parser.add_argument("--peers-dir", default=".bench-peers", help="--peers: scratch folder")
+    parser.add_argument("--peers-only", default="", help="--peers: regex of systems to run")
+    parser.add_argument(
+        "--costs", action="store_true", help="--peers: per-message CPU, WAL, commits, fsyncs"
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="--peers: start each service on the waiting backlog and count its start-up"
+        " (default: the backlog arrives at a service already running)",
+    )
+    args = parser.parse_args(argv)
+    dsn = os.environ.get("PEPSI_DSN")
+    if not dsn:
+        print("bench: PEPSI_DSN is not set; run 'make bench'", file=sys.stderr)
+        return 2
+    if args.scrape > 0:
+        from pepsi_dispatch.devtools.bench.scrape import compare
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            machine_facts(conn)
+        return compare(dsn, args)
+    if args.peers:
+        from pepsi_dispatch.devtools.bench import peers as bench_peers
+
+        return bench_peers.main(
+            dsn,
+            args.messages,
+            args.runs,
+            Path(args.peers_dir),
+            args.timeout,
+            args.peers_only,
+            args.costs,
+            warm=not args.cold,
+        )
+    workers = args.worker or (["sdk-gc"] if args.group_commit else ["sdk", "sdk-gc", "raw"])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        machine_facts(conn)
+    if not args.no_throughput:
+        say(
+            f"throughput: {args.messages} messages through {args.stages} no-op stages,"
+            f" PARALLELISM={args.parallelism} QUEUE_LIMIT={args.queue_limit}"
+        )
+        results: dict[str, list[dict[str, float]]] = {w: [] for w in workers}
+        for worker in [w for _ in range(args.repeat) for w in workers]:  # interleaved
+            r = throughput(
+                dsn,
+                worker,
+                args.messages,
+                args.stages,
+                args.parallelism,
+                args.queue_limit,
+                args.timeout,
+                live=args.live,
+            )
+            say(
+                f"  {worker:<7} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
+                f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
+                f" stage_runs {r['stage_runs']}, not done {r['failed']},"
+                f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
+            )
+            results[worker].append(r)
+        if args.repeat > 1:
+            say(f"  median of {args.repeat} interleaved runs:")
+            for worker, rs in results.items():
+                say(
+                    f"  {worker:<7} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
+                    f" messages/s  {statistics.median(x['runs_per_s'] for x in rs):8.0f}"
+                    " stage runs/s"
+                )
+    if args.latency > 0:
+        r = latency(dsn, args.latency, 30)
+        say(
+            f"latency (idle dispatcher, enqueue -> handler start, {r['n']} sequential messages):"
+            f" p50 {r['p50'] * 1000:.2f} ms  p95 {r['p95'] * 1000:.2f} ms"
+            f"  p99 {r['p99'] * 1000:.2f} ms  max {r['max'] * 1000:.2f} ms"
+            f"  (first message, worker start: {r['cold'] * 1000:.0f} ms)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The database schema from an installed wheel: migrations and where their files are."""
