@@ -57,8 +57,7 @@ from __future__ import annotations
 from pepsi_dispatch.sdk.connection import EX_TEMPFAIL as EX_TEMPFAIL
 from pepsi_dispatch.sdk.connection import RECONNECT_TIMEOUT as RECONNECT_TIMEOUT
 from pepsi_dispatch.sdk.entry import run
-from pepsi_dispatch.sdk.pipe import MAX_REASON as MAX_REASON
-from pepsi_dispatch.sdk.transitions import (
+from pepsi_dispatch.sdk.message import (
     Advance,
     Fail,
     Finish,
@@ -67,6 +66,7 @@ from pepsi_dispatch.sdk.transitions import (
     Pause,
     Transition,
 )
+from pepsi_dispatch.sdk.pipe import MAX_REASON as MAX_REASON
 
 __all__ = [
     "Advance",

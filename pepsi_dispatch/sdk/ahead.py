@@ -24,13 +24,13 @@ from typing import Any
 
 import psycopg
 
-from .dispatch import Loaded, load_batch, loaded_lines
+from .loading import Loaded, load_batch, loaded_lines
 from .pipe import parse_id
 
 __all__ = ["WITH_ROWS", "ReadAhead"]
 
 #: ``{0}``: a ``SELECT call(...)`` returning one boolean. Its row has no id;
-#: then one row per message (the columns of :data:`~.dispatch.GET_MESSAGES`).
+#: then one row per message (the columns of :data:`~.loading.GET_MESSAGES`).
 WITH_ROWS = (
     "{0}, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::integer"
     " UNION ALL SELECT NULL::boolean, workqueue_id, stage, status, payload, state, retries"

@@ -13,12 +13,12 @@ import psycopg
 from pepsi_dispatch.contract import EXIT_NO_STAGE
 
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
-from .dispatch import HandlerDispatch, StageGraph
+from .message import Handler
 from .pipe import protect_stdio
+from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
 from .statements import SET_BASED_FUNCTIONS, Statements
 from .transaction import CommitMode
-from .transitions import Handler
 
 __all__ = ["main", "run"]
 

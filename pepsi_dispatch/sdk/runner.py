@@ -19,8 +19,9 @@ import psycopg
 
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
-from .dispatch import RELOAD, Attempt, HandlerDispatch, Loaded, distinct_runs, load_batch
+from .loading import RELOAD, Loaded, distinct_runs, load_batch
 from .pipe import LineReader, one_line, write_answers
+from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
 __all__ = ["RunnerState", "StageRunner"]

@@ -13,8 +13,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from .message import Advance, Finish, Pause, Refused, Transition
 from .pipe import one_line
-from .transitions import Advance, Finish, Pause, Refused, Transition
 
 __all__ = [
     "ADVANCE_MANY",

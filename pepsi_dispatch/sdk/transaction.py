@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
+from .ahead import ReadAhead
 from .pipe import exc_reason
 from .statements import ADVANCE_MANY, FINISH_MANY, MANY, SINGLE, Statement
-
-if TYPE_CHECKING:
-    from .ahead import ReadAhead
 
 __all__ = [
     "BatchFailed",

@@ -1,4 +1,4 @@
-"""Handler dispatch: one message through this program's handlers, to its answer line.
+"""Handler routing: one message through this program's handlers, to its answer line.
 
 :meth:`HandlerDispatch.process` checks the row is ours, runs the handler of its
 stage (and, after ``Advance(to, fuse=True)``, of the stages it fuses into),
@@ -16,26 +16,18 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 from psycopg import pq
 
-from .pipe import exc_reason, one_line, parse_id
+from .loading import Loaded
+from .message import Advance, Fail, Finish, Handler, Message, Pause, Refused, Transition
+from .pipe import exc_reason, one_line
 from .statements import Statement, Statements
 from .transaction import BatchFailed, CommitMode, HandlerScope, Role, RowLost, Scope
-from .transitions import Advance, Fail, Finish, Handler, Message, Pause, Refused, Transition
 
-__all__ = [
-    "GET_MESSAGES",
-    "Attempt",
-    "HandlerDispatch",
-    "Loaded",
-    "StageGraph",
-    "load_batch",
-    "loaded_lines",
-    "state_patch",
-]
+__all__ = ["Attempt", "HandlerDispatch", "StageGraph", "state_patch"]
 
 
 class Attempt(Enum):
@@ -43,67 +35,6 @@ class Attempt(Enum):
 
     FIRST = "first time"
     REDO = "redone after a lost connection: our commit may have gone through unanswered"
-
-
-class Loaded(NamedTuple):
-    """An input line, the id on it (None: garbage) and its row (None: no such message)."""
-
-    line: bytes
-    message_id: int | None
-    row: tuple[Any, ...] | None
-
-
-#: The rows of messages by id (the columns :meth:`HandlerDispatch.process` reads).
-GET_MESSAGES = (
-    "SELECT workqueue_id, stage, status, payload, state, retries FROM pepsi.get_messages(%s)"
-)
-
-
-#: The row of a second copy of an id among lines loaded together: it was read
-#: before the first copy's transition, so it must be loaded again at its turn.
-RELOAD: tuple[Any, ...] = ("reload",)
-
-
-def loaded_lines(lines: list[bytes], rows: dict[int, tuple[Any, ...]]) -> list[Loaded]:
-    """The lines with the rows of their ids (``rows``: loaded by id); a later copy
-    of an id gets :data:`RELOAD`, never the row read for the first."""
-    out = []
-    seen: set[int] = set()
-    for line in lines:
-        i = parse_id(line)
-        if i is None:
-            out.append(Loaded(line, None, None))
-        elif i in seen:
-            out.append(Loaded(line, i, RELOAD))
-        else:
-            seen.add(i)
-            out.append(Loaded(line, i, rows.get(i)))
-    return out
-
-
-def distinct_runs(lines: list[bytes]) -> list[list[bytes]]:
-    """The lines cut into runs in which no id comes twice (a run ends before a
-    second copy), in order: each run can be loaded and committed as one batch."""
-    runs: list[list[bytes]] = [[]]
-    seen: set[int] = set()
-    for line in lines:
-        i = parse_id(line)
-        if i is not None and i in seen:
-            runs.append([])
-            seen = set()
-        if i is not None:
-            seen.add(i)
-        runs[-1].append(line)
-    return [run for run in runs if run]
-
-
-def load_batch(conn: psycopg.Connection, lines: list[bytes]) -> list[Loaded]:
-    """Parse the lines and load their rows in one round trip."""
-    wanted = [i for i in (parse_id(line) for line in lines) if i is not None]
-    rows: dict[int, tuple[Any, ...]] = {}
-    if wanted:
-        rows = {row[0]: row for row in conn.execute(GET_MESSAGES, (wanted,)).fetchall()}
-    return loaded_lines(lines, rows)
 
 
 def state_patch(original: dict[str, Any], state: dict[str, Any]) -> str | None:

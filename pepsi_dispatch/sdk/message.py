@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 
-if TYPE_CHECKING:
-    from .transaction import HandlerScope
-
 __all__ = [
     "Advance",
+    "DatabaseAccess",
     "Fail",
     "Finish",
     "Handler",
@@ -66,6 +64,15 @@ class Fail:
 Transition = Advance | Finish | Pause | Fail
 
 
+class DatabaseAccess(Protocol):
+    """What ``msg.db`` opens: the message's own transaction level on the connection."""
+
+    conn: psycopg.Connection
+
+    def enter(self) -> None:
+        """Open the level (a transaction or savepoint), once."""
+
+
 @dataclass
 class Message:
     """One message as its handler sees it.
@@ -85,7 +92,7 @@ class Message:
     retries: int
     #: Stages already run in this pass before this one (fusion), oldest first.
     fused_from: tuple[str, ...] = ()
-    _scope: HandlerScope | None = field(default=None, repr=False, compare=False)
+    _scope: DatabaseAccess | None = field(default=None, repr=False, compare=False)
 
     @property
     def db(self) -> psycopg.Connection:
