@@ -37,9 +37,16 @@ worker's one connection) commit or roll back together with the transition.
 * ``Advance("b", fuse=True)`` runs this program's handler for ``b`` in the same
   pass (the row moves to ``b`` with ``pepsi.hop`` and stays running), and the
   answer is ``0 fused=b``. A pause or failure after a hop happens at the fused stage.
-* ``group_commit=True``: the ids already waiting on stdin are processed in one
+* Group commit: the ids already waiting on stdin are processed in one
   transaction (a savepoint per message, so one failure rolls back only its own
-  message), committed once, then all answered.
+  message), committed once, then all answered. It is the default when the
+  dispatcher offers the in-hand slot (``PEPSI_INHAND_FD``): the SDK keeps there
+  the id of the message whose handler runs, so a crash the SDK cannot see
+  (a signal, the OOM killer, ``os._exit``) fails only that message. Without
+  the slot the default is one commit per message; ``group_commit=True`` or
+  ``False`` forces either. A statement that fails inside a group (a NUL in a
+  string of ``msg.state``, say) makes the SDK redo that batch one message at a
+  time: only the message whose statement fails fails.
 * EOF on stdin: exit 0. SIGTERM/SIGINT: finish the message in hand, answer it, exit 0.
 
 Nothing but answers is ever written to the protocol's stdout: at start the SDK

@@ -13,6 +13,7 @@ import psycopg
 from pepsi_dispatch.contract import EXIT_NO_STAGE
 
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
+from .inhand import InHand, from_environment
 from .message import Handler
 from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
@@ -143,11 +144,22 @@ def _serve(runner: StageRunner) -> int:
         return EX_TEMPFAIL
 
 
-def _start(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) -> int:
+def commit_mode(group_commit: bool | None, in_hand: InHand) -> CommitMode:
+    """Group commit when asked for, or by default (None) when the dispatcher
+    offers the in-hand slot: then a crash is blamed on the message whose handler
+    ran, not on the batch's first, innocent message. Without the slot (an
+    older dispatcher, a worker started by hand) one commit per message."""
+    if group_commit is None:
+        group_commit = in_hand.offered
+    return CommitMode.GROUP if group_commit else CommitMode.PER_MESSAGE
+
+
+def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:
     from pepsi_dispatch.config import ConfigError
 
     args = _parse_argv(argv)
     stage, dispatcher_id = _read_environment(handlers)
+    in_hand = from_environment()
     answer_fd, input_fd = protect_stdio()
     try:
         _, _, dsn = load_graph(args.config, None)
@@ -164,8 +176,8 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str])
         dispatch = HandlerDispatch(
             handlers, stage, graph, Statements(dispatcher_id), retry_stages(connection.conn)
         )
-        mode = CommitMode.GROUP if group_commit else CommitMode.PER_MESSAGE
-        runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd)
+        mode = commit_mode(group_commit, in_hand)
+        runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd, in_hand)
         if mode is CommitMode.GROUP:
             runner.set_based = set_based_kinds(connection.conn)
         return _serve(runner)
@@ -173,7 +185,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str])
         connection.close()
 
 
-def main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) -> int:
+def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:
     """Start the worker and serve; the exit status (see :func:`run`)."""
     try:
         return _start(handlers, group_commit, argv)
@@ -184,7 +196,7 @@ def main(handlers: Mapping[str, Handler], group_commit: bool, argv: list[str]) -
 
 def run(
     handlers: Mapping[str, Handler],
-    group_commit: bool = False,
+    group_commit: bool | None = None,
     argv: list[str] | None = None,
 ) -> None:
     """Run this program as a pepsi-dispatch worker; never returns (exits the process).
@@ -193,7 +205,10 @@ def run(
         handlers: stage name → handler. The handler of ``$PEPSI_STAGE`` serves the
             ids read from stdin; the others are used when a handler fuses into them.
         group_commit: process the ids already waiting on stdin in one transaction
-            and commit once (answers are sent after the commit).
+            and commit once (answers are sent after the commit). ``None`` (the
+            default): group commit when the dispatcher offers exact crash blame
+            (the in-hand slot, ``PEPSI_INHAND_FD``), one commit per message
+            otherwise. ``True``/``False`` force either.
         argv: command line (default ``sys.argv[1:]``): ``[-c CONFIG] worker``.
 
     Exit status: 0 after EOF or SIGTERM/SIGINT, 2 for usage or configuration

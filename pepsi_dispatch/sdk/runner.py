@@ -19,6 +19,7 @@ import psycopg
 
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
+from .inhand import InHand
 from .loading import RELOAD, Loaded, distinct_runs, load_batch
 from .pipe import LineReader, one_line, write_answers
 from .routing import Attempt, HandlerDispatch
@@ -54,8 +55,11 @@ class StageRunner:
         commit_mode: CommitMode,
         answer_fd: int,
         input_fd: int,
+        in_hand: InHand | None = None,
     ) -> None:
         self.dispatch = dispatch
+        #: names the message whose handler runs, for the dispatcher's crash blame
+        self.in_hand = in_hand if in_hand is not None else InHand(None)
         self.connection = connection
         self.commit_mode = commit_mode
         self.answer_fd = answer_fd
@@ -164,8 +168,10 @@ class StageRunner:
                 if loaded.row is RELOAD:  # a second copy: read after the first committed
                     loaded = load_batch(conn, [loaded.line])[0]
                 scope = Scope(conn, ahead=ahead)
+                self.in_hand.hold(loaded.message_id)
                 answer = self.dispatch.process(loaded, scope, attempt)
                 scope.commit()
+                self.in_hand.clear()
                 write_answers(self.answer_fd, [answer])
                 del lines[0]
                 attempt = Attempt.FIRST  # only the message in hand may have committed unanswered
@@ -175,7 +181,25 @@ class StageRunner:
 
     def _batch_group(self, lines: list[bytes], attempt: Attempt) -> None:
         """One transaction for the batch; statements of messages whose handler did not
-        touch ``msg.db`` are deferred and sent together in one pipeline before the commit."""
+        touch ``msg.db`` are deferred and sent together in one pipeline before the commit.
+
+        A statement that fails without a savepoint of its own (a NUL in a string
+        of ``msg.state``, say) aborts the transaction: nothing of the batch
+        committed. The batch is then redone one message at a time, each in its
+        own transaction, so that the failing statement fails only its own
+        message (its handler runs again, as after a lost connection)."""
+        try:
+            self._group_once(lines, attempt)
+        except BatchFailed as exc:
+            print(
+                f"pepsi worker: {exc}; redoing its {len(lines)} messages one at a time",
+                file=sys.stderr,
+            )
+            self._batch_single(lines, attempt)
+
+    def _group_once(self, lines: list[bytes], attempt: Attempt) -> None:
+        """:meth:`_batch_group`'s one transaction (raises :class:`BatchFailed`,
+        rolled back, when it cannot commit)."""
         conn = self.connection.conn
         loaded = load_batch(conn, lines)
         batch = GroupBatch(conn, self.set_based)
@@ -201,6 +225,7 @@ class StageRunner:
         for slot, item in enumerate(loaded):
             batch.slot = slot
             scope = Scope(batch.conn, CommitMode.GROUP, batch)
+            self.in_hand.hold(item.message_id)
             try:
                 answer = self.dispatch.process(item, scope, attempt)
             except (SystemExit, KeyboardInterrupt) as exc:
@@ -211,6 +236,7 @@ class StageRunner:
                 batch.forget(slot)
                 return answers, exc
             scope.commit()
+            self.in_hand.clear()
             answers.append(answer)
             if self.state is RunnerState.STOPPING:
                 break

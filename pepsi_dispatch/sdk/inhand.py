@@ -1,0 +1,80 @@
+"""The in-hand slot: which message's handler runs, for exact crash blame.
+
+A dispatcher that offers the slot starts the worker with ``PEPSI_INHAND_FD``
+naming an open file descriptor of a small shared memory file (a memfd). The
+worker maps its first 8 bytes and keeps a signed 64-bit integer there, in the
+machine's byte order:
+
+* ``0`` -- never written: the worker does not use the slot (the dispatcher
+  then blames a crash on the head of line, as the plain protocol says);
+* ``-1`` -- the worker uses the slot, and no handler runs right now;
+* an id -- the handler of that message runs.
+
+A store of an aligned 8-byte integer is one instruction, so whatever kills the
+worker (a signal, the OOM killer, ``os._exit``), the dispatcher reads after its
+death either the old value or the new one, never a mix. Writing it costs no
+system call.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+__all__ = ["ENV", "NONE_IN_HAND", "InHand", "from_environment"]
+
+#: The environment variable naming the slot's file descriptor.
+ENV = "PEPSI_INHAND_FD"
+#: The slot's value while the worker uses it and no handler runs.
+NONE_IN_HAND = -1
+_FORMAT = "=q"
+SIZE = struct.calcsize(_FORMAT)
+
+
+class InHand:
+    """The worker's side of the slot (a no-op when the dispatcher offers none)."""
+
+    def __init__(self, slot: mmap.mmap | None) -> None:
+        self._slot = slot
+        self.clear()
+
+    @property
+    def offered(self) -> bool:
+        """Does the dispatcher read this slot (exact blame)?"""
+        return self._slot is not None
+
+    def hold(self, message_id: int | None) -> None:
+        """The handler of ``message_id`` is about to run (None: a line that is
+        no id, for which no handler runs)."""
+        if self._slot is not None:
+            value = NONE_IN_HAND if message_id is None else message_id
+            struct.pack_into(_FORMAT, self._slot, 0, value)
+
+    def clear(self) -> None:
+        """No handler runs (between messages, loading, committing, answering)."""
+        if self._slot is not None:
+            struct.pack_into(_FORMAT, self._slot, 0, NONE_IN_HAND)
+
+
+def from_environment() -> InHand:
+    """The slot the dispatcher offers through ``PEPSI_INHAND_FD``, mapped; the
+    variable is removed and the descriptor closed, so that programs the handlers
+    start neither see nor inherit it. Anything unusable means: no slot."""
+    text = os.environ.pop(ENV, "")
+    if not text:
+        return InHand(None)
+    try:
+        fd = int(text)
+    except ValueError:
+        return InHand(None)
+    try:
+        slot = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError):
+        return InHand(None)
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return InHand(slot)
