@@ -9,6 +9,7 @@
 * :mod:`.statements` -- the SQL API calls a transition becomes;
 * :mod:`.transaction` -- transaction scopes and group commit;
 * :mod:`.inhand` -- the in-hand slot: which message's handler runs (crash blame);
+* :mod:`.template` -- the template process that forks a stage's workers;
 * :mod:`.routing` -- handler routing: one message through its handlers;
 * :mod:`.runner` -- :class:`~.runner.StageRunner`, the read/process/answer loop;
 * :mod:`.entry` -- start-up (:func:`~.entry.run`).

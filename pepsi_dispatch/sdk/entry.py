@@ -19,6 +19,7 @@ from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
 from .statements import SET_BASED_FUNCTIONS, Statements
+from .template import from_environment as template_from_environment
 from .transaction import CommitMode
 
 __all__ = ["main", "run"]
@@ -186,7 +187,17 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
 
 
 def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:
-    """Start the worker and serve; the exit status (see :func:`run`)."""
+    """Start the worker and serve; the exit status (see :func:`run`).
+
+    Started as a template (``PEPSI_TEMPLATE_FD``), the process forks workers on
+    the dispatcher's request instead; each forked worker goes on here."""
+    template = template_from_environment()
+    if template is not None:
+        import pepsi_dispatch.config  # noqa: F401 - what every forked worker reads first
+
+        status = template.serve()
+        if status is not None:
+            return status
     try:
         return _start(handlers, group_commit, argv)
     except _StartError as exc:

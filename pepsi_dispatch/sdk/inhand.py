@@ -10,6 +10,10 @@ machine's byte order:
 * ``-1`` -- the worker uses the slot, and no handler runs right now;
 * an id -- the handler of that message runs.
 
+A slot of 16 bytes or more has a second integer: what else the worker can
+do, as bits (:data:`CAN_TEMPLATE`: serve as a template process that forks
+the stage's next workers, see ``template.py``).
+
 A store of an aligned 8-byte integer is one instruction, so whatever kills the
 worker (a signal, the OOM killer, ``os._exit``), the dispatcher reads after its
 death either the old value or the new one, never a mix. Writing it costs no
@@ -22,12 +26,14 @@ import mmap
 import os
 import struct
 
-__all__ = ["ENV", "NONE_IN_HAND", "InHand", "from_environment"]
+__all__ = ["CAN_TEMPLATE", "ENV", "NONE_IN_HAND", "InHand", "from_environment"]
 
 #: The environment variable naming the slot's file descriptor.
 ENV = "PEPSI_INHAND_FD"
 #: The slot's value while the worker uses it and no handler runs.
 NONE_IN_HAND = -1
+#: Capability bit: this program can be started as a template (template.py).
+CAN_TEMPLATE = 1
 _FORMAT = "=q"
 SIZE = struct.calcsize(_FORMAT)
 
@@ -69,7 +75,8 @@ def from_environment() -> InHand:
     except ValueError:
         return InHand(None)
     try:
-        slot = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        size = os.fstat(fd).st_size
+        slot = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     except (OSError, ValueError):
         return InHand(None)
     finally:
@@ -77,4 +84,8 @@ def from_environment() -> InHand:
             os.close(fd)
         except OSError:
             pass
+    if size < SIZE:
+        return InHand(None)
+    if size >= 2 * SIZE:
+        struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE)
     return InHand(slot)
