@@ -4,16 +4,21 @@ payload = {"plan": {STAGE: STEP, ...}} with STEP one of
   {"op": "advance", "to": "b", "fuse": false}   {"op": "finish"}
   {"op": "pause", "seconds": 30, "reason": "..."}  {"op": "fail", "reason": "..."}
   {"op": "raise", "message": "..."}  {"op": "none"}  {"op": "bogus"}  {"op": "exit", "code": 3}
+  {"op": "kill"} (SIGKILLs its own process)
   ("raise" with "below": N raises only while msg.retries < N, then finishes)
 and optional keys: "print": text (written with print()), "sleep": seconds,
 "state": {...} (merged into msg.state), "append": value (appended in place to
-msg.state["log"]), "unjson": true (a set in msg.state), "insert": text (row in public.sdk_log
+msg.state["log"]), "unjson": true (a set in msg.state), "nul": true (a string with a NUL in
+msg.state: its set_state fails in the database), "insert": text (row in public.sdk_log
 through msg.db, in the message's transaction).
-Usage: sdk_scripted_worker.py [--group-commit] [--stages a,b,c] [-c CONFIG] worker
+Usage: sdk_scripted_worker.py [--group-commit | --default-commit] [--stages a,b,c]
+  [-c CONFIG] worker
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 
@@ -35,6 +40,8 @@ def handle(msg: Message):
         msg.state["log"].append(step["append"])
     if step.get("unjson"):
         msg.state["bad"] = {1, 2}
+    if step.get("nul"):  # valid JSON, but PostgreSQL's jsonb refuses the NUL
+        msg.state["bad"] = "a\x00b"
     if "insert" in step:
         msg.db.execute(
             "INSERT INTO public.sdk_log (id, note) VALUES (%s, %s)", (msg.id, step["insert"])
@@ -56,6 +63,8 @@ def handle(msg: Message):
         return None
     if op == "exit":
         sys.exit(step["code"])
+    if op == "kill":  # a death Python cannot see
+        os.kill(os.getpid(), signal.SIGKILL)
     if op == "badpause":
         return Pause("soon")
     return "bogus"
@@ -63,8 +72,8 @@ def handle(msg: Message):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    group = "--group-commit" in args
-    args = [a for a in args if a != "--group-commit"]
+    group = True if "--group-commit" in args else None if "--default-commit" in args else False
+    args = [a for a in args if a not in ("--group-commit", "--default-commit")]
     stages = "a,b,c,d"
     if "--stages" in args:
         i = args.index("--stages")

@@ -594,9 +594,9 @@ def test_group_batch_failing_midway_undoes_its_whole_pipeline(dsn, conn, did):
     """The batch's BEGIN, statements and COMMIT go in one pipeline; an error in it
     must undo what ran before the error and leave the connection out of any
     transaction, ready for the next batch."""
+    from pepsi_dispatch.sdk.message import Finish
     from pepsi_dispatch.sdk.statements import Statement, Statements
     from pepsi_dispatch.sdk.transaction import BatchFailed, GroupBatch
-    from pepsi_dispatch.sdk.transitions import Finish
 
     a, b = enqueue_claimed(conn, did, {}, {})
     s = Statements(did)
@@ -622,9 +622,9 @@ def test_group_batch_advances_of_one_stage_through_advance_many(dsn, conn, did):
     """Advances of one stage to one stage are one pepsi.advance_many (migration 0015):
     the rows still ours move on, the one another dispatcher holds is reported lost
     for its message alone."""
+    from pepsi_dispatch.sdk.message import Advance
     from pepsi_dispatch.sdk.statements import Statements
     from pepsi_dispatch.sdk.transaction import GroupBatch
-    from pepsi_dispatch.sdk.transitions import Advance
 
     a, b = enqueue_claimed(conn, did, {}, {})
     other = conn.execute("SELECT pepsi.register_dispatcher('other', 2, false)").fetchone()[0]
@@ -676,3 +676,108 @@ def test_one_id_written_twice_runs_its_handler_once(dsn, conf, did, workers, con
     assert again == f"1 message {first} is not running at stage a (it is done at stage a)"
     assert w.close() == 0
     assert w.stderr().count("handler ran") == 1
+
+
+def test_group_commit_failing_statement_fails_only_its_own_message(dsn, conf, did, workers, conn):
+    """A batch of 8 whose third handler stores a string with a NUL in msg.state:
+    its set_state fails in the database and aborts the group's transaction. Only
+    that message fails; the other seven are committed and answered, and the
+    worker lives on (it answers the next batch)."""
+    plans = [{"a": {"op": "finish", "state": {"n": i}}} for i in range(8)]
+    plans[2] = {"a": {"op": "finish", "nul": True}}
+    plans[5] = {"a": {"op": "advance", "to": "b", "insert": "m5"}}
+    ids = enqueue_claimed(conn, did, *plans)
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(*ids)  # one write: all 8 are buffered when the worker reads
+    answers = [w.answer() for _ in ids]
+    assert [a[:1] for a in answers] == ["0", "0", "1", "0", "0", "0", "0", "0"], answers
+    assert "database error" in answers[2] and "\\u0000" in answers[2]
+    statuses = [row(conn, i)["status"] for i in ids]
+    assert statuses == ["done", "done", "failed", "done", "done", "pending", "done", "done"]
+    assert row(conn, ids[2])["state"]["error"] == answers[2][2:]
+    assert row(conn, ids[7])["state"]["n"] == 7
+    notes = [n for (n,) in conn.execute("SELECT note FROM public.sdk_log ORDER BY id")]
+    assert notes == ["m5"]
+    (more,) = enqueue_claimed(conn, did, {"a": {"op": "finish"}})
+    w.send(more)
+    assert w.answer() == "0"
+    assert w.close() == 0
+
+
+def _in_hand_slot() -> tuple[int, Any]:
+    """A memfd slot as the dispatcher offers it: (its fd, its mapping)."""
+    import mmap
+
+    fd = os.memfd_create("pepsi-inhand", 0)
+    os.ftruncate(fd, 8)
+    return fd, mmap.mmap(fd, 8)
+
+
+def _in_hand(slot: Any) -> int:
+    import struct
+
+    return struct.unpack_from("=q", slot, 0)[0]
+
+
+def _start_with_slot(dsn: str, conf: Path, did: int, fd: int) -> subprocess.Popen[bytes]:
+    """The scripted worker at its default commit mode, offered the slot ``fd``."""
+    environ = {
+        **os.environ,
+        "PEPSI_STAGE": "a",
+        "PEPSI_DSN": dsn,
+        "PEPSI_DISPATCHER_ID": str(did),
+        "PEPSI_INHAND_FD": str(fd),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(PROGRAM), "--default-commit", "-c", str(conf), "worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
+        pass_fds=(fd,),
+    )
+    os.close(fd)
+    return proc
+
+
+def test_sigkilled_group_names_the_message_in_hand(dsn, conf, did, conn):
+    """Offered the in-hand slot, the SDK commits in groups by default and keeps
+    the id of the message whose handler runs in the slot: after a SIGKILL in the
+    third handler of a batch of five, the slot names the third message, and
+    nothing of the batch committed."""
+    fd, slot = _in_hand_slot()
+    plans = [{"a": {"op": "finish", "insert": f"m{i}"}} for i in range(5)]
+    plans[2] = {"a": {"op": "kill"}}
+    ids = enqueue_claimed(conn, did, *plans)
+    proc = _start_with_slot(dsn, conf, did, fd)
+    try:
+        out, _ = proc.communicate("".join(f"{i}\n" for i in ids).encode(), timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert out == b""  # nothing answered: the group never committed
+    assert _in_hand(slot) == ids[2]
+    assert [row(conn, i)["status"] for i in ids] == ["running"] * 5
+    assert conn.execute("SELECT count(*) FROM public.sdk_log").fetchone()[0] == 0
+
+
+def test_in_hand_slot_reads_none_between_messages(dsn, conf, did, conn):
+    """Once the batch is answered the slot reads -1 (no handler runs); the batch
+    was one transaction (group commit is the default with the slot)."""
+    fd, slot = _in_hand_slot()
+    ids = enqueue_claimed(conn, did, *({"a": {"op": "finish"}} for _ in range(4)))
+    proc = _start_with_slot(dsn, conf, did, fd)
+    try:
+        out, _ = proc.communicate("".join(f"{i}\n" for i in ids).encode(), timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert out == b"0\n" * 4
+    assert _in_hand(slot) == -1
+    stamps = conn.execute(
+        "SELECT count(DISTINCT updated_at) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        (ids,),
+    ).fetchone()[0]
+    assert stamps == 1

@@ -22,14 +22,8 @@ import pytest
 from pepsi_dispatch.sdk import runner as runner_mod
 from pepsi_dispatch.sdk.ahead import WITH_ROWS, ReadAhead
 from pepsi_dispatch.sdk.connection import ConnectionHolder
-from pepsi_dispatch.sdk.dispatch import (
-    GET_MESSAGES,
-    Attempt,
-    HandlerDispatch,
-    Loaded,
-    StageGraph,
-    state_patch,
-)
+from pepsi_dispatch.sdk.loading import GET_MESSAGES, Loaded
+from pepsi_dispatch.sdk.message import Advance, Fail, Finish, Message, Pause, Refused
 from pepsi_dispatch.sdk.pipe import (
     MAX_REASON,
     LineReader,
@@ -38,6 +32,7 @@ from pepsi_dispatch.sdk.pipe import (
     parse_id,
     write_answers,
 )
+from pepsi_dispatch.sdk.routing import Attempt, HandlerDispatch, StageGraph, state_patch
 from pepsi_dispatch.sdk.runner import RunnerState, StageRunner
 from pepsi_dispatch.sdk.statements import (
     ADVANCE_MANY,
@@ -62,7 +57,6 @@ from pepsi_dispatch.sdk.transaction import (
 )
 from pepsi_dispatch.sdk.transaction import one_call_params as advance_many_params
 from pepsi_dispatch.sdk.transaction import one_call_params as finish_many_params
-from pepsi_dispatch.sdk.transitions import Advance, Fail, Finish, Message, Pause, Refused
 
 # --------------------------------------------------------------------------- call modes
 
@@ -683,7 +677,7 @@ def test_row_lost_rolls_back_and_answers_the_reason() -> None:
 
 def test_worker_module_is_the_stable_public_path() -> None:
     from pepsi_dispatch import worker
-    from pepsi_dispatch.sdk import entry, transitions
+    from pepsi_dispatch.sdk import entry, message
 
     assert worker.__all__ == [
         "Advance",
@@ -695,7 +689,7 @@ def test_worker_module_is_the_stable_public_path() -> None:
         "Transition",
         "run",
     ]
-    assert worker.run is entry.run and worker.Message is transitions.Message
+    assert worker.run is entry.run and worker.Message is message.Message
     assert (worker.EX_TEMPFAIL, worker.MAX_REASON) == (75, 2000)
     assert worker.RECONNECT_TIMEOUT > 0
 
@@ -867,7 +861,7 @@ def test_group_batch_without_the_set_based_functions_goes_row_by_row() -> None:
 
 
 def test_a_second_copy_of_an_id_is_never_given_the_row_read_for_the_first() -> None:
-    from pepsi_dispatch.sdk.dispatch import RELOAD, loaded_lines
+    from pepsi_dispatch.sdk.loading import RELOAD, loaded_lines
 
     row = (5, "a", "running", {}, {}, 0)
     loaded = loaded_lines([b"5\n", b"x\n", b"6\n", b"5\n"], {5: row})
@@ -875,7 +869,7 @@ def test_a_second_copy_of_an_id_is_never_given_the_row_read_for_the_first() -> N
 
 
 def test_distinct_runs_cut_before_each_second_copy() -> None:
-    from pepsi_dispatch.sdk.dispatch import distinct_runs
+    from pepsi_dispatch.sdk.loading import distinct_runs
 
     lines = [b"1\n", b"2\n", b"x\n", b"1\n", b"3\n", b"3\n", b"x\n"]
     assert distinct_runs(lines) == [[b"1\n", b"2\n", b"x\n"], [b"1\n", b"3\n"], [b"3\n", b"x\n"]]
