@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from enum import Enum
 from types import FrameType
 
@@ -25,7 +26,11 @@ from .pipe import LineReader, one_line, write_answers
 from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
-__all__ = ["RunnerState", "StageRunner"]
+__all__ = ["GROUP_WINDOW", "RunnerState", "StageRunner"]
+
+#: Group commit: a group takes no more messages once its handlers have run this
+#: long (seconds); it commits and answers, and the next group goes on.
+GROUP_WINDOW = 0.5
 
 
 class RunnerState(Enum):
@@ -188,18 +193,25 @@ class StageRunner:
         committed. The batch is then redone one message at a time, each in its
         own transaction, so that the failing statement fails only its own
         message (its handler runs again, as after a lost connection)."""
-        try:
-            self._group_once(lines, attempt)
-        except BatchFailed as exc:
-            print(
-                f"pepsi worker: {exc}; redoing its {len(lines)} messages one at a time",
-                file=sys.stderr,
-            )
-            self._batch_single(lines, attempt)
+        while lines:
+            try:
+                done = self._group_once(lines, attempt)
+            except BatchFailed as exc:
+                print(
+                    f"pepsi worker: {exc}; redoing its {len(lines)} messages one at a time",
+                    file=sys.stderr,
+                )
+                self._batch_single(lines, attempt)
+                return
+            del lines[:done]  # answered: a redo after a lost connection skips them
+            attempt = Attempt.FIRST
+            if self.state is RunnerState.STOPPING:
+                return
 
-    def _group_once(self, lines: list[bytes], attempt: Attempt) -> None:
-        """:meth:`_batch_group`'s one transaction (raises :class:`BatchFailed`,
-        rolled back, when it cannot commit)."""
+    def _group_once(self, lines: list[bytes], attempt: Attempt) -> int:
+        """One transaction for the first of ``lines`` (all of them, unless the
+        handlers have run for :data:`GROUP_WINDOW`); how many were answered.
+        Raises :class:`BatchFailed`, rolled back, when it cannot commit."""
         conn = self.connection.conn
         loaded = load_batch(conn, lines)
         batch = GroupBatch(conn, self.set_based)
@@ -215,13 +227,20 @@ class StageRunner:
         write_answers(self.answer_fd, answers)
         if ending is not None:
             raise ending
+        return len(answers)
 
     def _group_messages(
         self, loaded: list[Loaded], batch: GroupBatch, attempt: Attempt
     ) -> tuple[list[str], BaseException | None]:
         """Process the batch's messages, each in its savepoint; their answers, and the
-        SystemExit or KeyboardInterrupt a handler raised (to re-raise after answering)."""
+        SystemExit or KeyboardInterrupt a handler raised (to re-raise after answering).
+
+        Once the handlers have run for :data:`GROUP_WINDOW` the group stops taking
+        messages (the rest go in the next one): a slow handler does not hold the
+        answers of the messages before it, whose time the dispatcher counts
+        against MAX_RUNTIME."""
         answers: list[str] = []
+        started = time.monotonic()
         for slot, item in enumerate(loaded):
             batch.slot = slot
             scope = Scope(batch.conn, CommitMode.GROUP, batch)
@@ -239,5 +258,7 @@ class StageRunner:
             self.in_hand.clear()
             answers.append(answer)
             if self.state is RunnerState.STOPPING:
+                break
+            if time.monotonic() - started >= GROUP_WINDOW:
                 break
         return answers, None

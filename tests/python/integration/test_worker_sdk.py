@@ -781,3 +781,24 @@ def test_in_hand_slot_reads_none_between_messages(dsn, conf, did, conn):
         (ids,),
     ).fetchone()[0]
     assert stamps == 1
+
+
+def test_group_commit_slow_handlers_do_not_hold_earlier_answers(dsn, conf, did, workers, conn):
+    """A group takes no more messages once its handlers ran GROUP_WINDOW (0.5 s):
+    four handlers of 0.3 s each are committed and answered as two groups, so the
+    first answer does not wait for the fourth handler."""
+    ids = enqueue_claimed(conn, did, *({"a": {"op": "finish", "sleep": 0.3}} for _ in range(4)))
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    t0 = time.monotonic()
+    w.send(*ids)
+    assert w.answer() == "0"
+    first = time.monotonic() - t0
+    assert [w.answer() for _ in range(3)] == ["0", "0", "0"]
+    total = time.monotonic() - t0
+    assert w.close() == 0
+    assert total - first >= 0.5  # the second group's two handlers ran after the first answer
+    stamps = conn.execute(
+        "SELECT count(DISTINCT updated_at) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        (ids,),
+    ).fetchone()[0]
+    assert stamps == 2
