@@ -44,7 +44,7 @@ SELECT results_eq('SELECT * FROM pepsi.queue_counts()',
              ('parse.v2', 'failed', 1), ('parse.v2', 'paused', 1)$$,
     'queue_counts returns rows per stage and status, sorted');
 
-TRUNCATE pepsi.workqueue, pepsi.stage_stats, pepsi.dispatchers;
+TRUNCATE pepsi.workqueue, pepsi.attempts, pepsi.tracebacks, pepsi.stage_stats, pepsi.dispatchers;
 SELECT ok(pepsi.metrics() ~ '# TYPE pepsi_queue_depth gauge' AND pepsi.metrics() ~ 'pepsi_dispatch_messages_total 9',
           'an empty queue still exposes every family');
 

@@ -20,7 +20,7 @@ from test_sql_migrations import alembic, snapshot
 
 ROOT = Path(__file__).resolve().parents[3]
 VERSIONS = ROOT / "migrations" / "versions"
-ROLES = ("pepsi_dispatcher", "pepsi_stage", "pepsi_ingress", "pepsi_dashboard")
+ROLES = ("pepsi_dispatcher", "pepsi_stage", "pepsi_ingress", "pepsi_dashboard", "pepsi_operator")
 #: The last revision that granted inline; later ones run grants.vN.sql.
 LAST_INLINE = "0013"
 #: Schema files installed before grants.v2 that carry a grant of their own
