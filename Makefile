@@ -88,7 +88,7 @@ lint: install
 	$(VENV)/bin/ruff format --check pepsi_dispatch tests migrations scripts examples
 	$(VENV)/bin/lint-imports
 
-# The fault soak of issue 8 (tests/chaos/driver.py): prints its seed first; CHAOS_SEED replays.
+# The randomized fault soak (tests/chaos/driver.py): prints its seed first; CHAOS_SEED replays.
 chaos: install system-deps
 	$(PY) tests/chaos/driver.py
 

@@ -1,4 +1,4 @@
-"""A row whose state is near the jsonb size limit never stays running (issue 8, 1(c)).
+"""A row whose state is near the jsonb size limit never stays running.
 
 `state || jsonb_build_object('dispatch_error', ...)` raises
 program_limit_exceeded (54000) when the state is near jsonb's 255 MB limit.

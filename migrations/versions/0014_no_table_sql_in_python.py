@@ -1,6 +1,6 @@
 """The dispatcher reads no table; grants in one file; one dispatcher liveness rule.
 
-Issue 7: the SQL functions are the only surface; the Python side reads no
+The SQL functions are the only surface; the Python side reads no
 table of schema pepsi.  New functions, EXECUTE for pepsi_dispatcher only
 (sql/schema/grants.v2.sql):
 

@@ -1,6 +1,7 @@
 -- pepsi._check_stage(stage text) → void
 --   Raises SQLSTATE 22023 (invalid_parameter_value) unless stage is a valid
---   stage name: non-null and matching ^[A-Za-z0-9_.-]+$ (SPEC §3).
+--   stage name: non-null and matching ^[A-Za-z0-9_.-]+$ (the worker
+--   contract's STAGE_NAME_RE, pepsi_dispatch/contract.py).
 --   Used by enqueue, enqueue_many and advance so a bad name fails with a
 --   clear message instead of a CHECK violation.
 --   Reads/writes: nothing.  Locks: none.  Private (no grants).

@@ -22,7 +22,7 @@
 --   `(status = 'running') IS TRUE` is the same test (status is NOT NULL) and
 --   proves nothing about the index, so the lookup is by workqueue_pkey.
 --
--- Why v3 (migration 0013, issue 8 hole 1(c)): a row whose state was near the
+-- Why v3 (migration 0013): a row whose state was near the
 --   jsonb size limit made the UPDATE fail (54000) and the row stayed
 --   'running' until the next start.  The UPDATE is unchanged and still one
 --   statement (one subtransaction per call, none per row).  Only when it

@@ -42,7 +42,7 @@
 --   failure (not counted as failed) from a final one.
 --   The lookup stays by primary key, as in v2 (migration 0006).
 --
--- Why v4 (migration 0013, issue 8 hole 1(c)): a row whose state was near the
+-- Why v4 (migration 0013): a row whose state was near the
 --   jsonb size limit made the whole UPDATE fail (program_limit_exceeded,
 --   54000); the dispatcher's isolation retried it alone, failed again, and
 --   the row stayed 'running' until the next start.  The set-based UPDATE is

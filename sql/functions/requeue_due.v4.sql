@@ -44,7 +44,7 @@
 --     bounds how long a message may be retried, not how far ahead it may be
 --     scheduled).  The mark is removed in the same UPDATE.
 --
--- Why v4 (migration 0013, issue 8 hole 1(c)): a due row whose state was near
+-- Why v4 (migration 0013): a due row whose state was near
 --   the jsonb size limit made the whole statement fail (54000) on every
 --   call, so no due row of any stage moved again.  The statement is
 --   unchanged and still one (one subtransaction per call, none per row).

@@ -22,7 +22,7 @@
 --                                            finish_many, pause, fail, hop, set_state,
 --                                            get_message, get_messages, stage_config,
 --                                            registered_stages
---   pepsi_dispatcher  USAGE   SELECT on all  the dispatcher's calls (db.py) and the
+--   pepsi_dispatcher  USAGE   SELECT on all  the dispatcher's calls (database/calls.py) and the
 --                                            operators' (pepsi-queue): see below
 --   pepsi_dashboard   USAGE   -              dashboard_* (pepsi-httpd)
 -- Private helpers (_check_stage, _check_payload) and the trigger functions
@@ -64,7 +64,7 @@ GRANT EXECUTE ON FUNCTION
     pepsi.registered_stages()
 TO pepsi_dispatcher, pepsi_ingress, pepsi_stage;
 
--- The dispatcher (db.py) and operators (pepsi-queue), who use its role.
+-- The dispatcher (database/calls.py) and operators (pepsi-queue), who use its role.
 GRANT EXECUTE ON FUNCTION
     pepsi.register_dispatcher(text, integer, boolean),
     pepsi.heartbeat(bigint, jsonb),
@@ -106,5 +106,5 @@ GRANT EXECUTE ON FUNCTION
 TO pepsi_dashboard;
 
 -- Operators read the tables directly under the dispatcher's role; the
--- dispatcher itself reads none (tests/python/test_sql_no_table_access.py).
+-- dispatcher itself reads none (tests/python/unit/test_sql_no_table_access.py).
 GRANT SELECT ON ALL TABLES IN SCHEMA pepsi TO pepsi_dispatcher;

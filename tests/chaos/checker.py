@@ -18,7 +18,7 @@ Input is what the soak recorded (see driver.py):
   "old_did", "new_did", "t"}``;
 - the final rows and statistics.
 
-What it asserts (SPEC §6, issue 8 "The soak"):
+What it asserts (the dispatcher's guarantees under faults):
 
 1. **No overlap.** No (id, stage) ran in two processes at overlapping times.
    A run is one process's work on one (id, stage): from its first ``start`` to

@@ -1,4 +1,4 @@
-"""The chaos soak (issue 8): a 3-stage pipeline under random faults, then the history checker.
+"""The chaos soak: a 3-stage pipeline under random faults, then the history checker.
 
     python tests/chaos/driver.py [--mode single|competing|both] [--seconds N] [--seed S]
                                  [--faults a,b,...] [--keep]

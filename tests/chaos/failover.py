@@ -1,4 +1,4 @@
-"""Failover to a hot standby under load (issue 8), checked by the soak's history checker.
+"""Failover to a hot standby under load, checked by the soak's history checker.
 
     python tests/chaos/failover.py [--load-seconds N] [--seed S] [--keep]
 

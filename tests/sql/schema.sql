@@ -1,4 +1,4 @@
--- The schema of SPEC §2: tables, columns, indexes, invariants as CHECKs.
+-- The schema (docs/SQL.md, Schema): tables, columns, indexes, invariants as CHECKs.
 BEGIN;
 SELECT plan(29);
 
@@ -8,7 +8,7 @@ SELECT has_table('pepsi', t, format('table pepsi.%s exists', t))
 SELECT columns_are('pepsi', 'workqueue',
     ARRAY['workqueue_id', 'stage', 'status', 'payload', 'state', 'timeout', 'retries',
           'created_at', 'updated_at', 'dispatcher_id'],
-    'workqueue has exactly the columns of SPEC §2');
+    'workqueue has exactly the documented columns');
 SELECT col_is_pk('pepsi', 'workqueue', 'workqueue_id', 'workqueue_id is the primary key');
 SELECT col_default_is('pepsi', 'workqueue', 'status', 'pending', 'status defaults to pending');
 SELECT col_default_is('pepsi', 'workqueue', 'payload', '{}', 'payload defaults to {}');

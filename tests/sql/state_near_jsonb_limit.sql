@@ -1,4 +1,4 @@
--- Issue 8 hole 1(c): a row whose state is near the jsonb size limit (255 MB)
+-- A row whose state is near the jsonb size limit (255 MB)
 -- cannot take a note (`state || '{"dispatch_error": ...}'` raises 54000).
 -- record_dispatch_error v4, check_answered v3 and requeue_due v4 still take
 -- it out of the way, its state untouched, and write the note on the other
