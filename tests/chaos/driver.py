@@ -237,7 +237,7 @@ def descendants(pid: int, cmap: dict[int, list[int]] | None = None) -> list[int]
 
 
 def is_sentinel(pid: int) -> bool:
-    """A dispatcher's group sentinel (pepsi_dispatch/sentinel.py), not a worker."""
+    """A dispatcher's group sentinel (coordinator/workers/sentinel.py), not a worker."""
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() == "pepsi-sentinel"
     except OSError:

@@ -1,4 +1,4 @@
-"""First use and operation (issue 10): workers find the dispatcher's file through
+"""First use and operation: workers find the dispatcher's file through
 PEPSI_CONFIG, a worker without its stage fails nothing, a stage failing everything is
 an ERROR, start-up checks (serve and serve --check), WORKER_DSN with a pepsi_stage
 login, sd_notify, LOG_FORMAT = json and journald lines.

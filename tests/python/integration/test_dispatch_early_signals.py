@@ -1,9 +1,9 @@
-"""A SIGHUP or SIGTERM in the dispatcher's first fraction of a second (issue 8 soak).
+"""A SIGHUP or SIGTERM in the dispatcher's first fraction of a second.
 
 Before the loop installs its handlers, `pepsi-dispatch serve` imports, loads the
 configuration, opens its log and drops root. A signal in that window used to kill
 it by the signal (exit -1 / -15; seen in the chaos soak's exit table). Now
-cli.main records it and the loop takes it over: a SIGHUP is a reload, a SIGTERM a
+the command line's main records it and the loop takes it over: a SIGHUP is a reload, a SIGTERM a
 clean stop (exit 0).
 
 To hold the dispatcher in that window for as long as the test needs, its log

@@ -1,4 +1,4 @@
-"""Faults an adversarial operator can throw at the real dispatcher (issue 8, the holes).
+"""Faults an adversarial operator can throw at the real dispatcher.
 
 Each test runs a real `pepsi-dispatch serve`, real worker processes and real signals
 against the session's PostgreSQL, and would fail on the dispatcher before these fixes.
@@ -467,7 +467,7 @@ def test_a_stopping_replica_keeps_heartbeating_until_it_unregisters(h: Harness) 
     assert second.terminate() == 0
 
 
-# ------------------------------------------------------------ 7: notes on issues 2-4
+# ------------------------------------------------ 7: a replica declared dead, a reconnect
 
 
 def _worker_pid_of(h: Harness, wid: int) -> int:

@@ -403,7 +403,8 @@ def enqueue(conn: psycopg.Connection, stage: str, n: int) -> list[int]:
 
 
 def children(pid: int) -> list[int]:
-    """Live worker children of ``pid`` (not its group sentinel, pepsi_dispatch/sentinel.py)."""
+    """Live worker children of ``pid`` (not its group sentinel,
+    pepsi_dispatch/coordinator/workers/sentinel.py)."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -303,7 +303,7 @@ def test_transitions_find_the_row_by_primary_key(conn: psycopg.Connection) -> No
 
 def test_the_dispatchers_reads_use_an_index(big_dsn: str) -> None:
     """held_ids walks workqueue_running_idx and stages_of looks rows up by primary
-    key (0014: what db.py selected from the tables). dispatcher_registered reads
+    key (0014: what the dispatcher selected from the tables). dispatcher_registered reads
     the registry, a handful of rows: its plan is captured but any scan is fine."""
     with psycopg.connect(big_dsn, autocommit=True) as conn:
         with conn.transaction(force_rollback=True):

@@ -1,4 +1,4 @@
-"""Grants live in one versioned file, sql/schema/grants.vN.sql (issue 7).
+"""Grants live in one versioned file, sql/schema/grants.vN.sql.
 
 From migration 0014 on, no migration pastes GRANT/REVOKE statements and no
 function file carries grants: the highest grants.vN.sql is the complete set

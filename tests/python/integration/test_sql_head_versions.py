@@ -1,4 +1,4 @@
-"""Migration `head` installs the highest version of every file in sql/ (issue 7).
+"""Migration `head` installs the highest version of every file in sql/.
 
 A new NAME.vN.sql that no migration installs -- or a migration that installs
 an older version after a newer one -- would otherwise go unnoticed: every test

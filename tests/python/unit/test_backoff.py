@@ -1,4 +1,4 @@
-"""Unit tests of the one backoff type (issue 7): no database, no clock."""
+"""Unit tests of the one backoff type: no database, no clock."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The batched hot path of answer processing (Supervisor._all_ok, issue 9) does
+"""The batched hot path of answer processing (Supervisor._all_ok) does
 exactly what the line-by-line loop does: same ledger, same statistics. No
 database, no processes: the loop is driven on stand-ins, once with DEBUG on
 (which keeps the line-by-line path) and once without (the batched one)."""

@@ -1,4 +1,4 @@
-"""Unit tests of how a worker's end settles its ids (issue 7, invariant 5):
+"""Unit tests of how a worker's end settles its ids (invariant 5 of docs/INTERNALS.md):
 ``process.classify_exit`` decides, the ledger applies. No database, no processes."""
 
 from __future__ import annotations

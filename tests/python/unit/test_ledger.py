@@ -1,5 +1,6 @@
-"""Unit tests of the in-flight ledger (pepsi_dispatch/ledger.py): no database,
-no processes, no clock. Each test names the invariant of issue 7 it holds."""
+"""Unit tests of the in-flight ledger (pepsi_dispatch/coordinator/ledger.py): no
+database, no processes, no clock. Each test names the dispatcher's invariant
+(docs/INTERNALS.md) it holds."""
 
 from __future__ import annotations
 

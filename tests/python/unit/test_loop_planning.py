@@ -1,6 +1,7 @@
-"""The loop's planning driven by a fake clock (issue 7): no database, no
-workers. The select timeout is 0 exactly when the wake's database work (one
-plan, computed by Pipeline.plan) is not empty -- invariant 9."""
+"""The loop's planning driven by a fake clock: no database, no
+workers. The select timeout is 0 exactly when the wake's database work is not
+empty -- invariant 9 of docs/INTERNALS.md: Pipeline.due, which the timeout asks,
+agrees with Pipeline.plan, which the wake sends."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The pure logic pulled out of the old worker.py: how a statement is sent
 (call_mode), group commit's bookkeeping (plan_flush, GroupBatch), the statements
 a transition becomes, the graph checks, the state patch, the pipe's line reader,
 the runner's states, and handler dispatch against a recording scope. The SDK
-end to end (a real database, a real process) is tests/python/test_worker_sdk.py.
+end to end (a real database, a real process) is tests/python/integration/test_worker_sdk.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The group sentinel alone (pepsi_dispatch/sentinel.py): what it kills at EOF."""
+"""The group sentinel alone (coordinator/workers/sentinel.py): what it kills at EOF."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Python side reads and writes no table of schema pepsi (issue 7).
+"""The Python side reads and writes no table of schema pepsi.
 
 The SQL functions are the only surface: a statement in pepsi_dispatch/ may
 call ``pepsi.NAME(...)`` but never name a table after FROM, JOIN, UPDATE,

@@ -1,4 +1,4 @@
-"""Unit test of the stats flush (issue 7, invariant 10): no database, a stub
+"""Unit test of the stats flush (invariant 10 of docs/INTERNALS.md): no database, a stub
 in its place, so the test needs no PostgreSQL."""
 
 from __future__ import annotations
