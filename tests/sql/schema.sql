@@ -7,15 +7,15 @@ SELECT has_table('pepsi', t, format('table pepsi.%s exists', t))
   FROM unnest(ARRAY['workqueue', 'stage_stats', 'dispatch_stats', 'config', 'dispatchers']) AS t;
 SELECT columns_are('pepsi', 'workqueue',
     ARRAY['workqueue_id', 'stage', 'status', 'payload', 'state', 'timeout', 'retries',
-          'created_at', 'updated_at', 'dispatcher_id'],
+          'created_at', 'updated_at', 'dispatcher_id', 'priority', 'dedupe_key'],
     'workqueue has exactly the documented columns');
 SELECT col_is_pk('pepsi', 'workqueue', 'workqueue_id', 'workqueue_id is the primary key');
 SELECT col_default_is('pepsi', 'workqueue', 'status', 'pending', 'status defaults to pending');
 SELECT col_default_is('pepsi', 'workqueue', 'payload', '{}', 'payload defaults to {}');
 SELECT has_index('pepsi', 'workqueue', 'workqueue_pending_idx', 'the claim index exists');
 SELECT is(pg_get_indexdef('pepsi.workqueue_pending_idx'::regclass),
-          'CREATE INDEX workqueue_pending_idx ON pepsi.workqueue USING btree (stage, workqueue_id) WHERE (status = ''pending''::text)',
-          'the claim index is (stage, workqueue_id) WHERE status = pending');
+          'CREATE INDEX workqueue_pending_idx ON pepsi.workqueue USING btree (stage, priority DESC, workqueue_id) WHERE (status = ''pending''::text)',
+          'the claim index is (stage, priority DESC, workqueue_id) WHERE status = pending');
 SELECT is(pg_get_indexdef('pepsi.workqueue_paused_idx'::regclass),
           'CREATE INDEX workqueue_paused_idx ON pepsi.workqueue USING btree (timeout) WHERE (status = ''paused''::text)',
           'the paused index is (timeout) WHERE status = paused');
