@@ -250,3 +250,35 @@ def test_0012_downgrade_restores_0011_exactly(empty_dsn: str) -> None:
             ], name
         alembic(empty_dsn, "downgrade", "0011")
         assert snapshot(conn) == before, "downgrade 0012 leaves exactly what 0011 had"
+
+
+def test_0018_downgrade_restores_0017_exactly(empty_dsn: str) -> None:
+    """enqueue/enqueue_many v3 and claim v5 (new signatures: dropped and granted
+    again), the new functions' grants; downgrade gives 0017 back exactly."""
+    from test_sql_migrations import snapshot
+
+    alembic(empty_dsn, "upgrade", "0017")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        before = snapshot(conn)
+        alembic(empty_dsn, "upgrade", "0018")
+        acl = dict(
+            conn.execute(
+                "SELECT p.oid::regprocedure::text, p.proacl::text FROM pg_proc p"
+                " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pepsi'"
+                " AND p.proname IN ('enqueue', 'enqueue_many', 'claim', 'reschedule',"
+                " 'dashboard_reschedule', 'fire_schedule')"
+            ).fetchall()
+        )
+        enqueue = "pepsi.enqueue(text,jsonb,timestamp with time zone,integer,text)"
+        many = "pepsi.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[])"
+        assert len([k for k in acl if k.startswith("pepsi.enqueue(")]) == 1, acl
+        for role in ("pepsi_ingress", "pepsi_stage"):
+            assert f"{role}=X" in acl[enqueue] and f"{role}=X" in acl[many]
+        claim = "pepsi.claim(bigint,text[],integer[],boolean,bigint[])"
+        assert "pepsi_dispatcher=X" in acl[claim] and "pepsi_stage" not in acl[claim]
+        assert "pepsi_dispatcher=X" in acl["pepsi.reschedule(bigint,timestamp with time zone)"]
+        assert "pepsi_stage" not in acl["pepsi.reschedule(bigint,timestamp with time zone)"]
+        dashboard = "pepsi.dashboard_reschedule(bigint,timestamp with time zone)"
+        assert "pepsi_dashboard=X" in acl[dashboard]
+        alembic(empty_dsn, "downgrade", "0017")
+        assert snapshot(conn) == before, "downgrade 0018 leaves exactly what 0017 had"
