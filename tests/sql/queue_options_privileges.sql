@@ -1,6 +1,6 @@
 -- Who may use priorities, dedupe keys, schedules and reschedule.
 BEGIN;
-SELECT plan(13);
+SELECT plan(18);
 
 SELECT pepsi.enqueue('s', '{}', now() + interval '1 h') AS waiting \gset
 
@@ -29,6 +29,17 @@ SELECT is((SELECT count(*)::int FROM pepsi.register_schedules(ARRAY['n'], ARRAY[
 SELECT is((SELECT count(*)::int FROM pepsi.fire_schedule('n', ARRAY[now() + interval '1 s'], 's')), 1,
           'the dispatcher can fire a schedule');
 SELECT is((SELECT count(*)::int FROM pepsi.schedules()), 1, 'and list them');
+RESET ROLE;
+
+SET LOCAL ROLE pepsi_operator;
+SELECT ok(pepsi.enqueue('s', '{}', priority => 1, dedupe_key => 'operator-k') > 0,
+          'an operator can enqueue with a priority and a key');
+SELECT is(pepsi.reschedule(:waiting, now() + interval '3 h'), now() + interval '3 h',
+          'an operator can reschedule');
+SELECT is((SELECT count(*)::int FROM pepsi.schedules()), 1, 'an operator can list the schedules');
+SELECT is((SELECT count(*)::int FROM pepsi.schedule_ticks), 1, 'and read their table');
+SELECT throws_ok($$SELECT * FROM pepsi.fire_schedule('n', ARRAY[now() + interval '2 s'], 's')$$, '42501', NULL,
+                 'an operator cannot fire a schedule');
 RESET ROLE;
 
 SET LOCAL ROLE pepsi_dashboard;

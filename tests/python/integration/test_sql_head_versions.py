@@ -252,15 +252,15 @@ def test_0012_downgrade_restores_0011_exactly(empty_dsn: str) -> None:
         assert snapshot(conn) == before, "downgrade 0012 leaves exactly what 0011 had"
 
 
-def test_0018_downgrade_restores_0017_exactly(empty_dsn: str) -> None:
+def test_0019_downgrade_restores_0018_exactly(empty_dsn: str) -> None:
     """enqueue/enqueue_many v3 and claim v5 (new signatures: dropped and granted
-    again), the new functions' grants; downgrade gives 0017 back exactly."""
+    again), the new functions' grants; downgrade gives 0018 back exactly."""
     from test_sql_migrations import snapshot
 
-    alembic(empty_dsn, "upgrade", "0017")
+    alembic(empty_dsn, "upgrade", "0018")
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         before = snapshot(conn)
-        alembic(empty_dsn, "upgrade", "0018")
+        alembic(empty_dsn, "upgrade", "0019")
         acl = dict(
             conn.execute(
                 "SELECT p.oid::regprocedure::text, p.proacl::text FROM pg_proc p"
@@ -276,9 +276,10 @@ def test_0018_downgrade_restores_0017_exactly(empty_dsn: str) -> None:
             assert f"{role}=X" in acl[enqueue] and f"{role}=X" in acl[many]
         claim = "pepsi.claim(bigint,text[],integer[],boolean,bigint[])"
         assert "pepsi_dispatcher=X" in acl[claim] and "pepsi_stage" not in acl[claim]
-        assert "pepsi_dispatcher=X" in acl["pepsi.reschedule(bigint,timestamp with time zone)"]
-        assert "pepsi_stage" not in acl["pepsi.reschedule(bigint,timestamp with time zone)"]
+        resched = "pepsi.reschedule(bigint,timestamp with time zone)"
+        assert "pepsi_dispatcher=X" in acl[resched] and "pepsi_operator=X" in acl[resched]
+        assert "pepsi_stage" not in acl[resched]
         dashboard = "pepsi.dashboard_reschedule(bigint,timestamp with time zone)"
         assert "pepsi_dashboard=X" in acl[dashboard]
-        alembic(empty_dsn, "downgrade", "0017")
-        assert snapshot(conn) == before, "downgrade 0018 leaves exactly what 0017 had"
+        alembic(empty_dsn, "downgrade", "0018")
+        assert snapshot(conn) == before, "downgrade 0019 leaves exactly what 0018 had"
