@@ -30,7 +30,8 @@ __all__ = [
     "program_problem",
 ]
 
-#: What the dispatcher's role executes (db.py), and what a stage program's role does (SDK).
+#: What the dispatcher's role executes (database/calls.py), and what a stage program's
+#: role does (SDK).
 DISPATCHER_FUNCTIONS = (
     "register_dispatcher",
     "heartbeat",

@@ -1,4 +1,4 @@
-"""The in-flight ledger (issue 7): who holds which id, and the writes owed about ids.
+"""The in-flight ledger: who holds which id, and the writes owed about ids.
 
 Pure bookkeeping, no I/O: the loop tells it what happened (an id handed to a
 worker, an answer read, a worker reaped, a claim returned) and asks it what

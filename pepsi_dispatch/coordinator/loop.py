@@ -4,11 +4,11 @@ The selector watches the LISTEN connection's socket, every worker's pipes
 and the signal self-pipe; its timeout is the earliest deadline, and 0 exactly
 when database work is planned. Each wake: events (answers, notifications,
 signals), reaping, timers (reconnect, heartbeat, watchdogs), reload, then
-the database work in one pipeline (pepsi_dispatch/pipeline.py) and the
+the database work in one pipeline (coordinator/database/wake.py) and the
 placement of claimed ids. docs/INTERNALS.md shows the parts and their states.
 
 The invariant everything protects: **an id is never in two workers at once**
-(pepsi_dispatch/ledger.py).
+(coordinator/ledger.py).
 """
 
 from __future__ import annotations
@@ -79,17 +79,17 @@ class Dispatcher:
         self.dispatch_config = dispatch_config = config.dispatch
         self.db = db if db is not None else Database(config.dsn, dispatch_config.competing)
         self.sel = selectors.DefaultSelector()
-        #: the connections' state machine: pepsi_dispatch/dblink.py.
+        #: the connections' state machine: coordinator/database/link.py.
         self.link = DatabaseLink(self.db, self.sel)
         self.stats = Stats()
         self.dispatcher_id = 0
         #: who holds which id, the writes owed about ids (kept until the
-        #: pipeline carrying them succeeds), the claim floors: pepsi_dispatch/ledger.py.
+        #: pipeline carrying them succeeds), the claim floors: coordinator/ledger.py.
         self.ledger = Ledger(self.dispatch_config.competing)
         #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
         self.failwatch = FailureWatch(self.dispatch_config.stats_interval, clock())
         self.watchdog = Watchdog()
-        #: the workers: pepsi_dispatch/supervisor.py.
+        #: the workers: coordinator/workers/supervisor.py.
         self.workers = Supervisor(
             config,
             self.sel,
@@ -99,7 +99,7 @@ class Dispatcher:
             self._answers_read,
             self.failwatch,
         )
-        #: the database work of each wake: pepsi_dispatch/pipeline.py.
+        #: the database work of each wake: coordinator/database/wake.py.
         self.pipeline = Pipeline(
             dispatch_config, self.db, self.link, self.ledger, self.workers, self.stats, self.clock
         )
@@ -208,8 +208,8 @@ class Dispatcher:
         link = self.link
         held = link.held(now)
         db_ready = link.ready(now)
-        # Zero exactly when database work is due now: the plan the next wake will
-        # send is computed by the same function (while the database is away these
+        # Zero exactly when database work is due now: Pipeline.due repeats the
+        # conditions of the plan the wake then sends (while the database is away these
         # wait for the reconnect; a reload never runs once stopping, so it must
         # not spin the loop then).
         if db_ready and (
@@ -341,7 +341,7 @@ class Dispatcher:
         self.ledger.want_claim()
 
     def _reconnect(self, now: float) -> None:
-        """One reconnect attempt (pepsi_dispatch/dblink.py), then what it means here."""
+        """One reconnect attempt (coordinator/database/link.py), then what it means here."""
         done = self.link.reconnect(now, self._resume)
         if self.link.state is LinkState.LOCK_LOST:
             self._abort_fatal()

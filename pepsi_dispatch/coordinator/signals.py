@@ -25,7 +25,7 @@ class SelfPipe:
     def install(self, sel: selectors.BaseSelector, handler: Callable[[int, Any], None]) -> None:
         """``handler`` must only set flags: it runs between bytecodes of the loop.
 
-        Signals that came before (``earlysignals``, recorded from cli.main on) go
+        Signals that came before (``earlysignals``, recorded from the command line's first lines) go
         to ``handler`` now, and the first select returns at once: an early SIGHUP
         is a reload, an early SIGINT/SIGTERM a stop before start-up."""
         self._r, self._w = os.pipe()

@@ -75,7 +75,7 @@ KEEPALIVES: Final = {
 }
 SQL_SESSION_TIMEOUTS: Final = "SET statement_timeout = '60s'; SET lock_timeout = '10s'"
 
-# -- the calls (function names are part of SPEC §2) ---------------------------
+# -- the calls (the function names are the SQL API of docs/SQL.md) ------------
 SQL_TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
 SQL_TRY_LOCK_SHARED: Final = "SELECT pg_try_advisory_lock_shared(%s::bigint)"
 SQL_REGISTER: Final = "SELECT pepsi.register_dispatcher(%s::text, %s::int, %s::boolean)"
@@ -462,7 +462,7 @@ class Database:
         rows = self.work.execute(SQL_STAGES_OF, (list(ids),)).fetchall()
         return {int(r[0]): str(r[1]) for r in rows}
 
-    # -- the parts of an iteration, one statement each (see Dispatcher._isolate) --
+    # -- the parts of a wake, one statement each (see wake.py, Pipeline.isolate) --
     def record_errors(self, dispatcher_id: int, failures: Sequence[tuple[int, str, str]]) -> int:
         """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
         n = self._scalar(
@@ -536,7 +536,7 @@ class Database:
         if claim is not None and not (failures or answered or requeue is not None):
             # The claim alone (an idle dispatcher woken by an enqueue): one plain
             # statement, one write, instead of a pipeline's Bind, Sync and Flush
-            # sent apart -- 0.37 ms less per wake measured (docs/OPERATIONS.md).
+            # sent apart -- 0.37 ms less per wake measured (docs/BENCHMARKS.md).
             return IterationResult([], None, self.claim(dispatcher_id, *claim))
 
         def run() -> IterationResult:

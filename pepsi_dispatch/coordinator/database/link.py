@@ -1,15 +1,6 @@
-"""The dispatcher's database link as a state machine (issue 7).
+"""The dispatcher's database link as a state machine (:class:`LinkState`).
 
-::
-
-              query error                       hold over
-        UP ----------------> HOLDING ---------------------> UP
-        |  work conn. broken                    reconnected
-        +------------------> RECONNECT_WORK ----------------> UP
-        |  listen conn. broken (or the listen one broke too)
-        +------------------> RECONNECT_ALL -----------------> UP
-                                   |  lock held by another session
-                                   +------------------------> LOCK_LOST (final)
+Its states and transitions are drawn in docs/INTERNALS.md, "The database link".
 
 A query error never gives up the advisory lock (HOLDING keeps both
 connections); a work-only reconnect keeps the listen connection, so its lock

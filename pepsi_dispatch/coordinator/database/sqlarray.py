@@ -1,4 +1,4 @@
-"""Array parameters for the dispatcher's SQL calls (pepsi_dispatch/db.py)."""
+"""Array parameters for the dispatcher's SQL calls (calls.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""The database work of one wake (issue 7): planned once, sent in one pipeline.
+"""The database work of one wake: planned once, sent in one pipeline.
 
 :meth:`Pipeline.plan` says what is due now -- the owed writes (releases
 first, in their own statement, then failures and answer checks), a requeue
-of due paused rows, ONE claim for every stage with room -- and the loop's
-select timeout is 0 exactly when that plan is not empty (the same function
-decides both). :meth:`Pipeline.run` sends it; when the round trip fails with
-the connections intact, its parts are run one statement at a time so that a
+of due paused rows, ONE claim for every stage with room. The loop's select
+timeout asks :meth:`Pipeline.due` instead, which repeats the plan's conditions
+without building the plan (a unit test keeps the two in agreement).
+:meth:`Pipeline.run` sends the plan; when the round trip fails with the
+connections intact, its parts are run one statement at a time so that a
 poisoned row or stage stops only itself (:meth:`Pipeline.isolate`).
 """
 
@@ -423,7 +424,8 @@ class Pipeline:
     # == statistics ==============================================================
     def flush_stats(self, now: float, force: bool = False) -> None:
         """Flush the statistics when due (STATS_INTERVAL, or going idle); they
-        are cleared only after the flush went through (invariant 10)."""
+        are cleared only after the flush went through (invariant 10,
+        docs/INTERNALS.md)."""
         if not self.stats.pending():
             return
         due = now - self.last_flush >= self.dispatch_config.stats_interval

@@ -1,4 +1,4 @@
-"""How a dead worker's unanswered ids are settled (issue 7, invariant 5).
+"""How a dead worker's unanswered ids are settled (invariant 5, docs/INTERNALS.md).
 
 :func:`process.classify_exit` decides what the end was; :func:`settle_exit`
 records its outcome in the ledger and statistics and says it in the log:

@@ -201,11 +201,8 @@ def _start_child(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen[by
 
 
 class Life(enum.Enum):
-    """A worker's life. It only moves forward, and only through WorkerProcess's methods::
-
-        RUNNING --stop()/terminate()--> STOPPING --kill()--> KILLED
-           |                               ^
-           +-----------kill()--------------+--------------> KILLED
+    """A worker's life. It only moves forward, and only through WorkerProcess's methods
+    (drawn in docs/INTERNALS.md, "A worker's life").
 
     ``retire()`` (a reload) is a mark on RUNNING or STOPPING, not a state of its
     own: a retiring worker takes no new ids and is stopped once drained.

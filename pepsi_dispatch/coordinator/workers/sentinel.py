@@ -2,7 +2,7 @@
 
 Each worker leads its own process group, and the contract is that the whole group
 is killed before any id of a dead worker is released. While the dispatcher lives it
-does that itself (pepsi_dispatch/process.py kills the group before reaping the
+does that itself (workers/process.py kills the group before reaping the
 leader). When the dispatcher is killed -9, ``PR_SET_PDEATHSIG`` ends the workers,
 but not their children: a grandchild still in a worker's group would be re-parented
 to init and go on working on an id that the next dispatcher's start-up releases

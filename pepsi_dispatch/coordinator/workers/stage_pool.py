@@ -1,7 +1,7 @@
 """Per-stage worker pools: capacity, packing, spawn and cooldown.
 
 A :class:`StagePool` holds the live workers of one stage and decides where
-claimed ids go. Its invariants (SPEC §6):
+claimed ids go. Its invariants:
 
 * never more than PARALLELISM workers *processing* (retiring ones count, so a
   reload never overshoots the cap). A worker that nears MAX_MESSAGES gets a

@@ -1,13 +1,13 @@
-"""The worker supervisor (issue 7): pools, spawning, fd registration, answer
+"""The worker supervisor: pools, spawning, fd registration, answer
 intake, watchdogs and reaping.
 
 It owns every worker process of the dispatcher. What the ids a worker held
-become is recorded in the in-flight ledger (pepsi_dispatch/ledger.py); how a
+become is recorded in the in-flight ledger (coordinator/ledger.py); how a
 worker's end settles them is decided by :func:`process.classify_exit`. A
 worker's life (:class:`process.Life`) changes only through its methods.
 
 Every watchdog is one row of a table of (deadline, owner, action)
-(pepsi_dispatch/watchdogs.py): the loop's select timeout takes its earliest
+(workers/watchdogs.py): the loop's select timeout takes its earliest
 deadline, and the same table fires the rows that are due, so the two can
 never disagree.
 """
@@ -74,7 +74,7 @@ class Supervisor:
         self.leftover: list[StagePool] = []
         #: look at every worker for an exit status (SIGCHLD, an EOF, a kill).
         self.reap_all = False
-        #: the watchdog table: pepsi_dispatch/watchdogs.py.
+        #: the watchdog table: workers/watchdogs.py.
         self.watchdogs = Watchdogs(self)
         #: kills the workers' groups if the dispatcher dies (started by the loop).
         self.sentinel = GroupSentinel()
@@ -192,7 +192,7 @@ class Supervisor:
             self._answers(w, lines, now)
 
     def _answers(self, w: WorkerProcess, lines: list[bytes], now: float) -> None:
-        """Process answer lines of ``w`` in order (docs/PROTOCOL.md)."""
+        """Process answer lines of ``w`` in order (docs/WORKERS.md, the answers)."""
         if w.killed:
             return  # its in-flight list is being torn down; answers no longer map to ids
         w.reading = True
@@ -237,7 +237,7 @@ class Supervisor:
     def _all_ok(self, w: WorkerProcess, n: int, now: float) -> None:
         """The next ``n`` answers of ``w`` are all a bare ``0``: what the loop in
         :meth:`_answers` does for each, once per batch (2-3x less CPU per
-        answer; docs/OPERATIONS.md). The first answer's service time counts
+        answer; docs/BENCHMARKS.md). The first answer's service time counts
         from the head's hand-out, the others' from it (0 s), as one by one."""
         inflight = w.inflight
         ids = [inflight.popleft() for _ in range(n)]

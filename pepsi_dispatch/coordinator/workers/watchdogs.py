@@ -1,4 +1,4 @@
-"""The supervisor's watchdogs as one table (issue 7).
+"""The supervisor's watchdogs as one table.
 
 Every watchdog is one row (deadline, owner, action): a stage's spawn
 cooldown ending, a worker hung in start-up, MAX_RUNTIME, a worker that
