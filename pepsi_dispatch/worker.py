@@ -1,4 +1,5 @@
-"""SDK for stage programs written in Python: the worker side of the pipe protocol (SPEC §5).
+"""SDK for stage programs written in Python: the worker side of the pipe protocol
+(docs/WORKERS.md).
 
 A stage program is a handler per stage and one call to :func:`run`::
 

@@ -1,4 +1,4 @@
-"""The worker's side of the pipe protocol (SPEC §5): id lines in, answer lines out.
+"""The worker's side of the pipe protocol (docs/WORKERS.md): id lines in, answer lines out.
 
 Answer lines are ``0``, ``0 fused=b,c`` or ``1 reason``; the reason is one line
 of at most :data:`MAX_REASON` characters (:func:`one_line`).

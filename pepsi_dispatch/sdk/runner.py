@@ -1,11 +1,7 @@
 """The stage runner: read ids, process them, answer; reconnect and redo after a lost connection.
 
-States (:class:`RunnerState`)::
-
-    WORKING --before a read that may block--> READING --ids read--> WORKING
-    READING --stop signal--> exit 0 at once (the read is interrupted)
-    WORKING --stop signal--> STOPPING: finish and answer the message in hand, exit 0
-    READING --EOF--> exit 0
+Its states (:class:`RunnerState`) are drawn in docs/INTERNALS.md, "The runner's
+states".
 """
 
 from __future__ import annotations
