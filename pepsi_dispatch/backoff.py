@@ -1,4 +1,4 @@
-"""One exponential backoff, used by every retry loop (issue 7).
+"""One exponential backoff, used by every retry loop.
 
 Before this module the doubling was written inline six times (the loop's
 reconnect and query-error hold, a stage's spawn cooldown, the SDK's

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         metavar="SECONDS",
         help="each throughput run alone and with pepsi-httpd's /metrics scraped every SECONDS,"
-        " side by side (default worker sdk-gc; see pepsi_dispatch/bench_scrape.py)",
+        " side by side (default worker sdk-gc; see devtools/bench/scrape.py)",
     )
     parser.add_argument(
         "--peers",

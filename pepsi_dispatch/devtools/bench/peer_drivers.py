@@ -1,4 +1,4 @@
-"""The peers of the side-by-side bench (``pepsi_dispatch/bench_peers.py``).
+"""The peers of the side-by-side bench (``peers.py``).
 
 Their programs and installs (graphile-worker from npm, procrastinate and PgQueuer
 from PyPI, into the scratch folder), one database each on the server ``PEPSI_DSN``
