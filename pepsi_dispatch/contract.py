@@ -37,3 +37,18 @@ DEFAULT_MAX_RETRIES: Final = 10
 
 #: "Never": a deadline that is not due, the timeout of a selector with nothing to wait for.
 INF: Final = float("inf")
+
+#: The in-hand slot (an opt-in extension of the protocol, docs/WORKERS.md): the
+#: environment variable naming its file descriptor, a shared memory file of
+#: INHAND_SIZE bytes. Its first word (INHAND_WORD: a signed 64-bit integer in
+#: the machine's byte order) is 0 while the worker does not use it,
+#: NONE_IN_HAND while no handler runs, else the id of the message whose handler
+#: runs; its second word holds capability bits (CAN_TEMPLATE).
+INHAND_ENV: Final = "PEPSI_INHAND_FD"
+INHAND_WORD: Final = "=q"
+INHAND_SIZE: Final = 16
+NONE_IN_HAND: Final = -1
+#: Capability bit: the program can be started as a template that forks the
+#: stage's workers on request (TEMPLATE_ENV names its socket).
+CAN_TEMPLATE: Final = 1
+TEMPLATE_ENV: Final = "PEPSI_TEMPLATE_FD"

@@ -100,11 +100,17 @@ class Ledger:
         """A failure write about ``i`` is owed."""
         self.failures.append((i, status, reason))
 
-    def crashed(self, unanswered: list[int], reason: str) -> None:
-        """A worker crashed holding ``unanswered`` (in order): its head-of-line
-        message fails, the rest never ran and are released."""
-        self.failed(unanswered[0], "failed", reason)
-        self.release(unanswered[1:])
+    def crashed(self, unanswered: list[int], reason: str, blamed: int | None = None) -> None:
+        """A worker crashed holding ``unanswered`` (in order): the message whose
+        handler it named as running (``blamed``, from its in-hand slot) fails,
+        else its head-of-line message; the rest are released (never started,
+        or their work was rolled back with the crash)."""
+        if blamed is None or blamed not in unanswered:
+            blamed = unanswered[0]
+        rest = list(unanswered)
+        rest.remove(blamed)
+        self.failed(blamed, "failed", reason)
+        self.release(rest)
 
     def release(self, ids: Iterable[int]) -> None:
         """``ids`` are owed a release (never started, or found no place)."""

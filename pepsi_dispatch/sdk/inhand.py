@@ -26,15 +26,11 @@ import mmap
 import os
 import struct
 
-__all__ = ["CAN_TEMPLATE", "ENV", "NONE_IN_HAND", "InHand", "from_environment"]
+from pepsi_dispatch.contract import CAN_TEMPLATE, INHAND_ENV, INHAND_WORD, NONE_IN_HAND
 
-#: The environment variable naming the slot's file descriptor.
-ENV = "PEPSI_INHAND_FD"
-#: The slot's value while the worker uses it and no handler runs.
-NONE_IN_HAND = -1
-#: Capability bit: this program can be started as a template (template.py).
-CAN_TEMPLATE = 1
-_FORMAT = "=q"
+__all__ = ["InHand", "from_environment"]
+
+_FORMAT = INHAND_WORD
 SIZE = struct.calcsize(_FORMAT)
 
 
@@ -67,7 +63,7 @@ def from_environment() -> InHand:
     """The slot the dispatcher offers through ``PEPSI_INHAND_FD``, mapped; the
     variable is removed and the descriptor closed, so that programs the handlers
     start neither see nor inherit it. Anything unusable means: no slot."""
-    text = os.environ.pop(ENV, "")
+    text = os.environ.pop(INHAND_ENV, "")
     if not text:
         return InHand(None)
     try:

@@ -30,10 +30,10 @@ import struct
 import sys
 import time
 
-__all__ = ["ENV", "Template", "from_environment"]
+from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV
 
-#: The environment variable naming the template's socket.
-ENV = "PEPSI_TEMPLATE_FD"
+__all__ = ["Template", "from_environment"]
+
 #: How long a forked worker waits to be re-parented to the dispatcher (seconds).
 REPARENT_TIMEOUT = 5.0
 _PR_SET_PDEATHSIG = 1
@@ -117,7 +117,7 @@ class Template:
             os.dup2(fd, target)
             os.close(fd)
         self.sock.close()
-        os.environ["PEPSI_INHAND_FD"] = str(slot)
+        os.environ[INHAND_ENV] = str(slot)
 
 
 def _close_all(fds: list[int]) -> None:
@@ -131,7 +131,7 @@ def _close_all(fds: list[int]) -> None:
 def from_environment() -> Template | None:
     """The template the dispatcher asks for through ``PEPSI_TEMPLATE_FD``, or None
     (the variable is removed either way, so that workers do not see it)."""
-    text = os.environ.pop(ENV, "")
+    text = os.environ.pop(TEMPLATE_ENV, "")
     if not text:
         return None
     try:

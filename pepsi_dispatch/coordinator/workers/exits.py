@@ -3,7 +3,8 @@
 :func:`process.classify_exit` decides what the end was; :func:`settle_exit`
 records its outcome in the ledger and statistics and says it in the log:
 
-- crash: the head-of-line message fails, the rest are released;
+- crash: the message in hand fails (the one the worker's in-hand slot names,
+  else the head of line), the rest are released;
 - died before reading: nothing fails, the stage cools down;
 - killed (MAX_RUNTIME, protocol error, watchdog): all are released (a
   timeout's head was already failed as ``timeout`` by the watchdog);
@@ -54,17 +55,21 @@ def settle_exit(
     ``config_path`` is the dispatcher's configuration file, named in the fix
     for a worker that does not know its stage."""
     if kind is ExitKind.CRASH:
-        # A crash: the head-of-line message fails, the rest never ran.
+        # A crash: the message in hand fails (as its in-hand slot names it, else
+        # the head of line); the rest never ran, or were rolled back with it.
         reason = describe_exit(rc)
-        books.ledger.crashed(ids, reason)
+        in_hand = w.slot.in_hand()
+        blamed = in_hand if in_hand in ids else ids[0]
+        books.ledger.crashed(ids, reason, blamed)
         books.failwatch.failed(w.stage, reason)
         books.stats.crashed(w.stage, now - w.head_since)
         log.warning(
-            "stage %s worker pid %d crashed: %s; message %d failed, %d released",
+            "stage %s worker pid %d crashed: %s; message %d failed (%s), %d released",
             w.stage,
             w.pid,
             reason,
-            ids[0],
+            blamed,
+            "its handler was running" if blamed == in_hand else "head of line",
             len(ids) - 1,
         )
     else:

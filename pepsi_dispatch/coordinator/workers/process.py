@@ -9,22 +9,26 @@ rows; the loop does that with what :meth:`WorkerProcess.read_answers` and
 
 from __future__ import annotations
 
-import ctypes
 import enum
-import errno
 import fcntl
 import logging
 import os
-import shlex
 import signal
 import struct
-import subprocess
 import termios
 import time
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 
 from pepsi_dispatch.contract import EX_TEMPFAIL, EXIT_NO_STAGE, MAX_LINE
+from pepsi_dispatch.coordinator.workers.children import (
+    Child,
+    Fork,
+    own_ends,
+    start_worker,
+    worker_argv,
+)
+from pepsi_dispatch.coordinator.workers.inhand import InHandSlot
 
 log = logging.getLogger(__name__)
 
@@ -36,46 +40,6 @@ READ_CHUNK = 65536
 MAX_ANSWER_LINE = 65536
 #: stderr lines longer than this are cut before they reach the log.
 MAX_STDERR_LINE = 8192
-
-#: stderr pipe capacity asked for (see WorkerProcess.__init__).
-STDERR_PIPE_SIZE = 1 << 20
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-try:
-    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - not on Linux
-    _libc = None
-
-
-def _child_setup(parent: int) -> None:
-    """Runs in the child between fork and exec: die with the dispatcher.
-
-    ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the worker when the
-    dispatcher dies, even by SIGKILL. If the parent is already gone by the
-    time this runs (a race the man page warns about), exit at once.
-    """
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
-    # The dispatcher ignores nothing, but be explicit: a worker starts with
-    # default dispositions and an empty signal mask whatever we did.
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (``PR_SET_CHILD_SUBREAPER``).
-
-    Grandchildren whose parent (a worker) dies are then re-parented to the
-    dispatcher instead of to init, so they are ours to reap (see
-    :func:`reap_orphans`) -- and zombies cannot pile up when the dispatcher runs
-    as PID 1 in a container. False if the kernel refused (not Linux).
-    """
-    if _libc is None or _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        log.debug("cannot become a child subreaper; escaped grandchildren go to init")
-        return False
-    return True
 
 
 def reap_orphans(workers: Container[int]) -> tuple[list[int], bool]:
@@ -173,33 +137,6 @@ def describe_exit(returncode: int) -> str:
     return f"worker exited with code {returncode}"
 
 
-def _start_child(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """Start a worker in its own session with non-blocking pipes."""
-    parent = os.getpid()
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        close_fds=True,
-        start_new_session=True,
-        preexec_fn=lambda: _child_setup(parent),
-        bufsize=0,
-    )
-    assert proc.stdin and proc.stdout and proc.stderr
-    for f in (proc.stdin, proc.stdout, proc.stderr):
-        os.set_blocking(f.fileno(), False)
-    # stderr is drained whenever the loop is not inside a database call;
-    # a 1 MiB pipe (Linux default 64 KiB) lets a flood continue through
-    # such a call without the worker ever blocking on a write.
-    try:
-        fcntl.fcntl(proc.stderr.fileno(), _F_SETPIPE_SZ, STDERR_PIPE_SIZE)
-    except OSError:
-        pass  # above /proc/sys/fs/pipe-max-size: keep the default
-    return proc
-
-
 class Life(enum.Enum):
     """A worker's life. It only moves forward, and only through WorkerProcess's methods
     (drawn in docs/INTERNALS.md, "A worker's life").
@@ -216,6 +153,22 @@ class Life(enum.Enum):
     KILLED = 3
 
 
+def _start(argv: list[str], env: Mapping[str, str], slot: InHandSlot, fork: Fork | None) -> Child:
+    """Exec ``argv``, or fork through a template, offering ``slot``; the slot is
+    closed if the start fails."""
+    try:
+        if fork is not None:
+            proc = fork(slot)
+            own_ends(proc)
+        else:
+            proc = start_worker(argv, env, slot)
+    except BaseException:
+        slot.close()
+        raise
+    slot.handed_over()
+    return proc
+
+
 class WorkerProcess:
     """One running worker child of a stage."""
 
@@ -226,15 +179,13 @@ class WorkerProcess:
         config_file: str | None,
         env: Mapping[str, str],
         generation: int,
+        fork: Fork | None = None,
     ) -> None:
-        """Start the child. Raises OSError (e.g. FileNotFoundError) if it cannot start."""
-        argv = shlex.split(program)
-        if not argv:
-            raise FileNotFoundError(errno.ENOENT, "empty PROGRAM", program)
-        if config_file:
-            argv += ["-c", config_file]
-        argv.append("worker")
-        self.proc = _start_child(argv, env)
+        """Start the child (through ``fork``, a stage's template, when given).
+        Raises OSError (e.g. FileNotFoundError) if it cannot start."""
+        #: where the worker names the message whose handler runs (inhand.py)
+        self.slot = InHandSlot()
+        self.proc: Child = _start(worker_argv(program, config_file), env, self.slot, fork)
         self.pid: int = self.proc.pid
         self.stage = stage
         self.generation = generation

@@ -32,7 +32,7 @@ import os
 import signal
 import time
 
-from pepsi_dispatch.coordinator.workers.process import become_subreaper
+from pepsi_dispatch.coordinator.workers.children import become_subreaper
 
 log = logging.getLogger(__name__)
 

@@ -599,6 +599,7 @@ class Supervisor:
         n_undelivered = len(undelivered)
         stopping = self.shutting_down
         settle_exit(self.books, w, pool, kind, rc, ids, n_undelivered, now, stopping, where)
+        w.slot.close()
         self.ledger.want_claim()
 
 

@@ -11,8 +11,10 @@ from dispatch_harness import PYTHON, ROOT, Harness, harness_fixture, pid_alive, 
 SDK_WORKER = "tests/python/sdk_scripted_worker.py"
 
 
-def sdk_conf(h: Harness, group_commit: bool, **stage_opts):
-    program = f"{PYTHON} {ROOT / SDK_WORKER}" + (" --group-commit" if group_commit else "")
+def sdk_conf(h: Harness, group_commit: bool | str, **stage_opts):
+    """``group_commit``: True, False, or the scripted worker's flag to pass."""
+    flag = group_commit if isinstance(group_commit, str) else " --group-commit" * group_commit
+    program = f"{PYTHON} {ROOT / SDK_WORKER}" + (f" {flag.strip()}" if flag else "")
     conf_path = h.tmp / "pepsi.conf"
     stages = {
         "a": {"PROGRAM": program, "NEXT": "b", **stage_opts},
@@ -80,3 +82,32 @@ def test_sdk_workers_across_kill9(h: Harness) -> None:
     counts = h.wait_all(timeout=120)
     assert counts == {"done": n}, counts
     assert d.terminate() == 0
+
+
+@pytest.mark.parametrize("flag", ["--group-commit", "--default-commit"])
+def test_sigkilled_group_blames_exactly_the_message_in_hand(h: Harness, flag: str) -> None:
+    """A group of 8 whose third handler SIGKILLs its own worker: the dispatcher
+    reads the worker's in-hand slot and fails the third message alone; the
+    group's seven others (rolled back with the crash, or never started) are
+    released and done by the next worker. With the plain protocol the group's
+    first, innocent message was failed instead. Under a dispatcher the SDK's
+    default is group commit (one transaction for the group)."""
+    plans = [{"plan": {"a": {"op": "finish", "insert": f"m{i}"}}} for i in range(8)]
+    plans[2] = {"plan": {"a": {"op": "kill", "insert": "killed"}}}
+    h.conn.execute("CREATE TABLE public.sdk_log (id bigint, note text)")
+    ids = h.enqueue("a", plans)  # all 8 before the start: one claim, one write, one group
+    d = h.start(sdk_conf(h, flag, PARALLELISM=1, QUEUE_LIMIT=8))
+    counts = h.wait_all(timeout=60, where="stage = 'a'")
+    assert counts == {"done": 7, "failed": 1}, (counts, d.tail())
+    blamed = h.row(ids[2])
+    assert blamed["status"] == "failed"
+    assert "SIGKILL" in blamed["state"]["dispatch_error"], blamed["state"]
+    assert [h.row(i)["status"] for i in ids[:2] + ids[3:]] == ["done"] * 7
+    notes = sorted(n for (n,) in h.conn.execute("SELECT note FROM public.sdk_log"))
+    assert notes == sorted(f"m{i}" for i in range(8) if i != 2)  # each committed once
+    assert "its handler was running" in d.log()
+    assert d.terminate() == 0  # flushes the statistics
+    assert h.stage_stats()["a"]["crashes"] == 1
+    # one group: the first two were rolled back with the crash and handed out
+    # again (8 + 7 ids); one commit per message would have answered them (8 + 5)
+    assert h.dispatch_stats()["messages"] == 15
