@@ -5,9 +5,10 @@ claimed ids go. Its invariants:
 
 * never more than PARALLELISM workers *processing* (retiring ones count, so a
   reload never overshoots the cap). A worker that nears MAX_MESSAGES gets a
-  *warm spare*: its replacement is started early but handed nothing -- it holds
-  no slot and processes nothing -- until the old worker has drained and given
-  its slot up; then the spare takes the slot at once, already started;
+  *warm spare* (at most one per stage): its replacement is started early but
+  handed nothing -- it holds no slot and processes nothing -- until the old
+  worker has drained and given its slot up; then the spare takes the slot at
+  once, already started;
 * never more than QUEUE_LIMIT unanswered ids on one worker;
 * work packed onto the fewest workers: ids go to the fullest worker that still
   has room, and a new worker is spawned only when all are full -- so surplus
@@ -176,8 +177,13 @@ class StagePool:
 
         Yes once ``w`` has been handed its last id, or earlier when, at its answer
         rate so far, its remaining messages take less than twice the measured
-        start-up time of this stage's workers (at most one spare per worker).
+        start-up time of this stage's workers. At most one spare per stage: while
+        one waits, the next worker to drain is replaced by it, and the others
+        on demand. So a stage has at most PARALLELISM + 1 workers besides those
+        that drained and are exiting.
         """
+        if self.spares:
+            return False  # one warm spare per stage at most
         if w.pid in self.heirs or w.pid in self.spares or w.retiring or w.stopping:
             return False
         if now < self.cooldown_until:
