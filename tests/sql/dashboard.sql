@@ -60,9 +60,9 @@ SELECT is(:'snap'::jsonb -> 'failure_reasons' -> 0,
           jsonb_build_object('stage', 'b', 'reason', 'boom', 'count', 2, 'newest_id', :f2,
                              'raw', jsonb_build_array(jsonb_build_object('reason', 'boom', 'count', 2))),
           'snapshot: failures grouped by reason, largest group first');
-UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '11 s' WHERE dispatcher_id = :d;
-SELECT is(pepsi.dashboard_snapshot() -> 'dispatchers' -> 0 ->> 'live', 'false',
-          'a heartbeat older than 3 × its interval (and 10 s) is not live');
+SELECT pg_advisory_unlock(1885629558, (:d & 2147483647)::int);
+SELECT is(pepsi.dashboard_snapshot() -> 'dispatchers', '[]'::jsonb,
+          'a dispatcher whose session is gone is not listed (v4: liveness by session)');
 
 -- dashboard_failed / dashboard_message.
 SELECT results_eq($$SELECT workqueue_id FROM pepsi.dashboard_failed('boom')$$,
@@ -80,6 +80,7 @@ SELECT is(pepsi.dashboard_cancel(ARRAY[:p1, :z, :f2]::bigint[]), 2, 'cancel take
 SELECT results_eq(format('SELECT status, state ->> ''error'', timeout FROM pepsi.workqueue WHERE workqueue_id = %s', :z),
     $$VALUES ('failed'::text, 'cancelled by operator'::text, NULL::timestamptz)$$,
     'a cancelled row is failed, cancelled by operator');
+SELECT pepsi.register_stages(:d, ARRAY['a'], NULL, NULL, NULL, NULL, NULL, NULL);
 SELECT is(pepsi.dashboard_pause_stage('a', true), true, 'pause a stage');
 SELECT is((SELECT value FROM pepsi.config WHERE section = 'stage-a' AND option = 'PAUSED'), 'yes',
           'a paused stage is an overlay row');

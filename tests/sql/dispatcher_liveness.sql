@@ -1,17 +1,16 @@
--- Migration 0014: one liveness rule for dispatchers in dashboard_snapshot v2,
--- queue_dispatchers v2 and queue_overview v2: live while the heartbeat is no
--- older than 3 × the heartbeat_interval of its gauges, else than the fallback
--- (dashboard_snapshot's live_within, 5 minutes elsewhere), at least 10 s.
--- dashboard_snapshot v1 fails the fallback tests: greatest(10.0, NULL) is
--- 10, so its coalesce(…, live_within) never reached live_within.
+-- One liveness rule for dispatchers in dashboard_snapshot, queue_dispatchers
+-- and queue_overview: live while the dispatcher's session is there (the
+-- liveness lock its registration and heartbeats take; pepsi._dispatcher_live),
+-- whatever its heartbeat's age or the interval in its gauges.  (Migration 0014
+-- made the three agree on a heartbeat-age rule; migration 0017 replaced the
+-- rule by the session, which a dispatcher killed with SIGKILL loses at once.)
 BEGIN;
-SELECT plan(16);
+SELECT plan(12);
 
-CREATE FUNCTION pg_temp.snap_live(d bigint, live_within interval DEFAULT '5 minutes')
-RETURNS boolean LANGUAGE sql AS $$
-    SELECT (e ->> 'live')::boolean
-      FROM jsonb_array_elements(pepsi.dashboard_snapshot(live_within) -> 'dispatchers') AS e
-     WHERE (e ->> 'dispatcher_id')::bigint = d $$;
+CREATE FUNCTION pg_temp.snap_live(d bigint) RETURNS boolean LANGUAGE sql AS $$
+    SELECT coalesce((SELECT (e ->> 'live')::boolean
+                       FROM jsonb_array_elements(pepsi.dashboard_snapshot() -> 'dispatchers') AS e
+                      WHERE (e ->> 'dispatcher_id')::bigint = d), false) $$;
 CREATE FUNCTION pg_temp.cli_live(d bigint) RETURNS boolean LANGUAGE sql AS $$
     SELECT live FROM pepsi.queue_dispatchers() WHERE dispatcher_id = d $$;
 CREATE FUNCTION pg_temp.overview_live(d bigint) RETURNS boolean LANGUAGE sql AS $$
@@ -25,34 +24,36 @@ CREATE FUNCTION pg_temp.beat(d bigint, gauges jsonb, age interval) RETURNS void 
 
 SELECT pepsi.register_dispatcher('h', 1, false) AS d \gset
 
--- No heartbeat_interval in the gauges (none sent yet, or an older dispatcher):
--- the fallback, 5 minutes by default.
-SELECT pg_temp.beat(:d, '{}', '60 s');
-SELECT is(pg_temp.snap_live(:d), true,
-          'dashboard_snapshot: gauges without an interval, beat 60 s ago: live (within live_within)');
+-- With its session: live, however old the heartbeat and whatever the gauges say.
+SELECT pg_temp.beat(:d, '{}', '6 minutes');
+SELECT is(pg_temp.snap_live(:d), true, 'dashboard_snapshot: session there, beat 6 minutes ago: live');
 SELECT is(pg_temp.cli_live(:d), true, 'queue_dispatchers: the same');
 SELECT is(pg_temp.overview_live(:d), true, 'queue_overview: the same');
-SELECT is(pg_temp.snap_live(:d, '30 s'), false, 'dashboard_snapshot: older than live_within: not live');
-SELECT pg_temp.beat(:d, '{}', '6 minutes');
-SELECT is(pg_temp.snap_live(:d), false, 'dashboard_snapshot: beat 6 minutes ago: not live');
-SELECT is(pg_temp.cli_live(:d), false, 'queue_dispatchers: the same');
-SELECT is(pg_temp.overview_live(:d), false, 'queue_overview: the same');
--- A heartbeat_interval that is not a number counts as none (and breaks nothing).
-SELECT pg_temp.beat(:d, '{"heartbeat_interval": "soon"}', '60 s');
-SELECT is(pg_temp.snap_live(:d), true, 'dashboard_snapshot: a non-number interval counts as none');
+SELECT pg_temp.beat(:d, '{"heartbeat_interval": "soon"}', '70 s');
+SELECT is(pg_temp.snap_live(:d), true, 'dashboard_snapshot: a non-number interval breaks nothing');
 SELECT is(pg_temp.cli_live(:d), true, 'queue_dispatchers: the same');
 
--- With an interval: 3 × it, at least 10 s.
-SELECT pg_temp.beat(:d, '{"heartbeat_interval": 20}', '50 s');
-SELECT is(pg_temp.snap_live(:d), true, 'dashboard_snapshot: within 3 × its interval: live');
-SELECT is(pg_temp.cli_live(:d), true, 'queue_dispatchers: the same');
-SELECT pg_temp.beat(:d, '{"heartbeat_interval": 20}', '70 s');
-SELECT is(pg_temp.snap_live(:d), false, 'dashboard_snapshot: older than 3 × its interval: not live');
+-- Without it (the connection that held the lock is gone): not live, however
+-- fresh the heartbeat.
+SELECT pg_temp.beat(:d, '{"heartbeat_interval": 20}', '0 s');
+SELECT pg_advisory_unlock(1885629558, (:d & 2147483647)::int);
+SELECT is(pg_temp.snap_live(:d), false, 'dashboard_snapshot: no session, fresh heartbeat: not listed');
 SELECT is(pg_temp.cli_live(:d), false, 'queue_dispatchers: the same');
 SELECT is(pg_temp.overview_live(:d), false, 'queue_overview: the same');
-SELECT pg_temp.beat(:d, '{"heartbeat_interval": 1}', '8 s');
-SELECT is(pg_temp.snap_live(:d, '1 s'), true, 'dashboard_snapshot: 3 × 1 s is raised to 10 s');
+
+-- Another advisory lock of the session (other key, or the id under another
+-- key) does not count.
+SELECT pg_advisory_lock(1885629558::bigint);
+SELECT pg_advisory_lock(42, (:d & 2147483647)::int);
+SELECT is(pg_temp.cli_live(:d), false, 'other advisory locks do not make a dispatcher live');
+SELECT pg_advisory_unlock_all();
+
+-- The next heartbeat (a dispatcher that re-established its connection) takes
+-- the lock again.
+SELECT pepsi.heartbeat(:d);
+SELECT is(pg_temp.snap_live(:d), true, 'dashboard_snapshot: live again after its next heartbeat');
 SELECT is(pg_temp.cli_live(:d), true, 'queue_dispatchers: the same');
+SELECT is(pg_temp.overview_live(:d), true, 'queue_overview: the same');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -15,10 +15,13 @@ SELECT pepsi.heartbeat(:d1, '{"heartbeat_interval": 1,
                 "b": {"busy": 0, "idle": 0, "retiring": 1, "stopping": 1}}}');
 SELECT pepsi.heartbeat(:d2, '{"heartbeat_interval": 5,
     "workers": {"a": {"busy": 1, "idle": 0, "retiring": 0, "stopping": 0}}}');
--- Its heartbeat is older than 3 × its interval (3 × 2 s < 20 s): not live.
+-- Killed (its session, and the liveness lock it held, are gone): not live,
+-- however fresh its heartbeat (queue_overview v3: liveness by session).
 SELECT pepsi.heartbeat(:d3, '{"heartbeat_interval": 2,
     "workers": {"a": {"busy": 7, "idle": 7, "retiring": 7, "stopping": 7}, "c": {"busy": 1}}}');
-UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '20 s' WHERE dispatcher_id = :d3;
+CREATE FUNCTION pg_temp.kill(d bigint) RETURNS boolean LANGUAGE sql AS $$
+    SELECT pg_advisory_unlock(1885629558, (d & 2147483647)::int) $$;
+SELECT pg_temp.kill(:d3);
 -- A dispatcher without gauges (an older one) adds nothing.
 SELECT pepsi.heartbeat(:d4);
 
@@ -31,28 +34,30 @@ SELECT results_eq($$SELECT registered, parallelism, queue_limit, pending FROM pe
                      WHERE stage = 'a'$$,
     $$VALUES (true, 3, 2, 0::bigint)$$, 'queue_overview v2 keeps the registry columns');
 SELECT is((SELECT count(*)::int FROM pepsi.queue_overview() WHERE stage = 'c'), 0,
-          'a stage only a stale dispatcher reports is not listed');
+          'a stage only a killed dispatcher reports is not listed');
 
--- Within 3 × its heartbeat interval (here 10 s, the floor) a dispatcher is live.
-UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '9 s' WHERE dispatcher_id = :d1;
-SELECT is((SELECT workers FROM pepsi.queue_overview() WHERE stage = 'a'), 4::bigint,
-          'a heartbeat younger than 10 s (the floor of 3 × interval) is live');
+-- Liveness is the session's, not the heartbeat's age.
 UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '11 s' WHERE dispatcher_id = :d1;
+SELECT is((SELECT workers FROM pepsi.queue_overview() WHERE stage = 'a'), 4::bigint,
+          'a heartbeat older than 3 × its interval still counts while its session is there');
+SELECT pg_temp.kill(:d1);
 SELECT results_eq($$SELECT stage, dispatchers, workers, workers_busy FROM pepsi.queue_overview()$$,
     $$VALUES ('a'::text, 1::bigint, 1::bigint, 1::bigint)$$,
-    'a heartbeat older than 3 × its interval (and 10 s) no longer counts');
-UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '16 s' WHERE dispatcher_id = :d2;  -- 3 × 5 s
+    'a dispatcher whose session is gone no longer counts');
+SELECT pg_temp.kill(:d2);
 SELECT results_eq($$SELECT stage, dispatchers, workers FROM pepsi.queue_overview()$$,
     $$VALUES ('a'::text, 0::bigint, 0::bigint)$$,
     'a registered stage without live workers shows 0');
--- Gauges without an interval: live for 5 minutes.
+-- Gauges without an interval: the same rule.
 UPDATE pepsi.dispatchers SET gauges = '{"workers": {"a": {"idle": 2}}}',
-                             heartbeat_at = now() - interval '4 min' WHERE dispatcher_id = :d4;
+                             heartbeat_at = now() - interval '6 min' WHERE dispatcher_id = :d4;
 SELECT is((SELECT workers_idle FROM pepsi.queue_overview() WHERE stage = 'a'), 2::bigint,
-          'gauges without heartbeat_interval count for 5 minutes');
-UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '6 min' WHERE dispatcher_id = :d4;
+          'gauges without heartbeat_interval count while the session is there');
+SELECT pg_temp.kill(:d4);
 SELECT is((SELECT workers FROM pepsi.queue_overview() WHERE stage = 'a'), 0::bigint,
           'and not after');
+SELECT pepsi.heartbeat(:d4);
+SELECT pepsi.heartbeat(:d2);
 UPDATE pepsi.dispatchers SET gauges = '{"heartbeat_interval": 1, "workers": [1]}',
                              heartbeat_at = now() WHERE dispatcher_id = :d4;
 UPDATE pepsi.dispatchers SET gauges = '{"heartbeat_interval": 1, "workers": {"a": 3}}',

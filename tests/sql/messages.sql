@@ -31,7 +31,7 @@ SELECT is(pepsi.set_state(:one, 'read', '{"z": 1}', 4), false, 'set_state refuse
 SELECT is(pepsi.set_state(:pend, 'read', '{"z": 1}'), false, 'set_state refuses a pending row');
 SELECT is(pepsi.set_state(NULL, 'read', '{"z": 1}'), false, 'set_state of a NULL id changes nothing');
 SELECT throws_ok(format('SELECT pepsi.set_state(%s, %L, %L)', :one, 'read', '{"dispatch_error": "x"}'),
-                 '22023', 'state key dispatch_error is written by the dispatcher only',
+                 '22023', 'reserved state keys in patch: dispatch_error (only the queue writes them)',
                  'set_state may not write dispatch_error');
 SELECT throws_ok(format('SELECT pepsi.set_state(%s, %L, %L)', :one, 'read', '[1, 2]'),
                  '22023', NULL, 'set_state refuses a patch that is not an object');

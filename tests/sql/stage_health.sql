@@ -66,8 +66,8 @@ SELECT results_eq($$SELECT stage, state, cause, dispatchers FROM pepsi.stage_hea
                            ('z', 'paused', NULL, 1)$$,
                   'worst state wins; an unknown state reads as serving; unregistered stages reported too');
 
--- A dead dispatcher (old heartbeat) is not heard.
-UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '10 min' WHERE dispatcher_id = :d2;
+-- A dead dispatcher (its session, and the liveness lock it held, gone) is not heard.
+SELECT pg_advisory_unlock(1885629558, (:d2 & 2147483647)::int);
 SELECT is((SELECT state FROM pepsi.stage_health() WHERE stage = 'a'), 'held_off',
           'a dispatcher that is not live does not count');
 SELECT is((SELECT count(*)::int FROM pepsi.stage_health() WHERE stage = 'z'), 0,
