@@ -36,6 +36,11 @@ class DatabaseDown(Exception):
     """The database did not answer, or refused to (message says why)."""
 
 
+class ActionRefused(DatabaseDown):
+    """The database refused the request's data (SQLSTATE class 22: an unknown stage,
+    a bad value): the client's mistake, answered 400 with the database's reason."""
+
+
 def _refused(exc: psycopg.Error, user: str) -> str:
     """One line for an error the database answered with (permission, no schema)."""
     msg = (exc.diag.message_primary or str(exc)).strip()
@@ -102,6 +107,8 @@ class App:
                     self._conn = None
                     if attempt == 2:
                         raise DatabaseDown(str(exc).strip().splitlines()[0]) from None
+                except psycopg.DataError as exc:  # the request's data: the client's
+                    raise ActionRefused(_refused(exc, "?")) from None
                 except psycopg.Error as exc:  # it answered, with an error: no retry
                     user = self._conn.info.user if self._conn is not None else "?"
                     raise DatabaseDown(_refused(exc, user)) from None

@@ -106,10 +106,14 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
 def _liveness_families(snap: dict[str, Any]) -> Iterator[Metric]:
     """Registered and live dispatchers, and whether a session serves the database."""
     dispatchers = snap.get("dispatchers") or []
-    yield GaugeMetricFamily("pepsi_dispatchers", "Registered dispatchers.", value=len(dispatchers))
+    yield GaugeMetricFamily(
+        "pepsi_dispatchers",
+        "Registered dispatchers whose session is connected (a killed one is not counted).",
+        value=len(dispatchers),
+    )
     yield GaugeMetricFamily(
         "pepsi_dispatchers_live",
-        "Dispatchers whose heartbeat is younger than 3 heartbeat intervals.",
+        "Live dispatchers: registered, their session connected.",
         value=sum(1 for d in dispatchers if d.get("live")),
     )
     if "dispatcher_session" in snap:  # migration 0016

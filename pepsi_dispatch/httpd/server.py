@@ -1,15 +1,23 @@
-"""``pepsi-httpd [-c FILE] [--listen HOST:PORT] [--allow-actions]``: the HTTP front end.
+"""``pepsi-httpd [-c FILE] [--listen HOST:PORT] [--allow-actions] [--allowed-host NAME]...``.
+
+The HTTP front end.
 
 Routes:
   GET  /metrics            Prometheus text (exposition.py)
   GET  /healthz            200 "ok" while the database answers and a dispatcher is live
-                           (a fresh heartbeat, and a session holding the dispatcher lock), else 503
+                           (registered, its session connected, and a session holding the
+                           dispatcher lock), else 503
   GET  /, /failures, /message/ID   the dashboard (one page, static/app.js renders the route)
   GET  /static/NAME        our own JS and CSS (package data; no CDN)
   GET  /api/overview, /api/failures?reason=&stage=, /api/message/ID   JSON for the dashboard
   POST /api/requeue {"ids": [...]}, /api/cancel {"ids": [...]},
        /api/pause {"stage": S, "paused": bool}
        only with --allow-actions (else 403); each is one pepsi.dashboard_* function.
+
+Every request, read or action, must name this server in its Host header (the
+listen address, localhost, or an --allowed-host name; guard.py), and an Origin
+header must match it: else 421/403 with the reason. Connections are capped and
+must deliver their request within --request-timeout (limits.py).
 
 The database is PEPSI_DSN, else [database] DSN of the configuration; connect
 as a login role in pepsi_dashboard (docs/OPERATIONS.md).
@@ -23,7 +31,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -35,7 +43,9 @@ from ..cli.shell import config_option, run_click
 from ..config import load_config
 from ..errors import UsageError
 from . import exposition
-from .app import App, DatabaseDown
+from .app import ActionRefused, App, DatabaseDown
+from .guard import HostGuard
+from .limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, BoundedHTTPServer
 
 PROG = "pepsi-httpd"
 DEFAULT_LISTEN = "127.0.0.1:9187"
@@ -66,6 +76,26 @@ def _static(name: str) -> bytes | None:
 class Handler(BaseHTTPRequestHandler):
     server_version = f"pepsi-httpd/{__version__}"
     app: App  # set on the subclass made by make_server
+    guard: HostGuard  # likewise, once the port is known
+    server: BoundedHTTPServer
+
+    def parse_request(self) -> bool:
+        """The stdlib's parsing, then the Host/Origin check (before any route runs)."""
+        if not super().parse_request():
+            return False
+        refused = self.guard.refusal(self.headers.get("Host"), self.headers.get("Origin"))
+        if refused is not None:
+            self.close_connection = True
+            status, reason = refused
+            log.info("%s %s %s: %s", self.address_string(), self.command, self.path, reason)
+            if urlsplit(self.path).path.startswith("/api/"):
+                self._json(status, {"error": reason})
+            else:
+                self._text(status, reason + "\n")
+            return False
+        if self.command != "POST":
+            self.server.request_arrived(self.connection)
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
@@ -160,7 +190,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         live = [d for d in snap.data.get("dispatchers") or [] if d.get("live")]
         if not live:
-            self._text(503, "no live dispatcher heartbeat\n")
+            self._text(503, "no live dispatcher: none is registered with its session connected\n")
             return
         # (Absent before migration 0016: the heartbeat alone decides, as it did.)
         if not snap.data.get("dispatcher_session", True):
@@ -178,6 +208,24 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, body.replace(b"__ALLOW_ACTIONS__", flag), STATIC_TYPES[".html"])
 
     # -- POST ---------------------------------------------------------------------
+    def _read_body(self) -> dict[str, Any]:
+        """The JSON object of a POST (ValueError for anything else).
+
+        The request deadline runs until the last byte of the body is in: a body
+        that never arrives is cut off by the server's watchdog.
+        """
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 < length <= MAX_BODY:
+            raise ValueError("body missing or too large")
+        raw = self.rfile.read(length)
+        self.server.request_arrived(self.connection)
+        if len(raw) < length:
+            raise ValueError("the body ended early")
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        return body
+
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         path = urlsplit(self.path).path
         if path not in ("/api/requeue", "/api/cancel", "/api/pause"):
@@ -195,12 +243,7 @@ class Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if not 0 < length <= MAX_BODY:
-                raise ValueError("body missing or too large")
-            body = json.loads(self.rfile.read(length))
-            if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
+            body = self._read_body()
             if path == "/api/pause":
                 stage = body["stage"]
                 paused = body["paused"]
@@ -216,6 +259,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"rows": n})
         except (KeyError, TypeError, ValueError) as exc:
             self._json(400, {"error": f"bad request: {exc}"})
+        except ActionRefused as exc:
+            self._json(400, {"error": f"refused: {exc}"})
         except DatabaseDown as exc:
             self._json(503, {"error": f"database unavailable: {exc}"})
 
@@ -231,10 +276,18 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def make_server(app: App, listen: str) -> ThreadingHTTPServer:
-    handler = type("BoundHandler", (Handler,), {"app": app})
-    server = ThreadingHTTPServer(parse_listen(listen), handler)
-    server.daemon_threads = True
+def make_server(
+    app: App,
+    listen: str,
+    allowed_hosts: Sequence[str] = (),
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> BoundedHTTPServer:
+    """The server on ``listen``, answering only requests that name it (see :mod:`.guard`)."""
+    handler: type[Handler] = type("BoundHandler", (Handler,), {"app": app})
+    host, _port = parse_listen(listen)
+    server = BoundedHTTPServer(parse_listen(listen), handler, max_connections, request_timeout)
+    handler.guard = HostGuard.build(host, server.server_address[1], allowed_hosts)
     return server
 
 
@@ -252,9 +305,42 @@ def make_server(app: App, listen: str) -> ThreadingHTTPServer:
     is_flag=True,
     help="Enable the dashboard's requeue, cancel and pause/resume buttons (POST).",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests whose Host is NAME (repeatable); localhost and the"
+    " listen address always are. Any other Host is refused (DNS rebinding).",
+)
+@click.option(
+    "--max-connections",
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Open connections at most (lowered to fit the open-file limit); at the cap a"
+    " new one replaces the one that has waited longest for its request.",
+)
+@click.option(
+    "--request-timeout",
+    default=DEFAULT_REQUEST_TIMEOUT,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="SECONDS",
+    help="A connection that has not sent its whole request (headers and body) this"
+    " long after it opened is closed.",
+)
 @click.option("-L", "--log-level", default="INFO", show_default=True, help="Logging level.")
 @click.version_option(__version__, "-V", "--version", prog_name=PROG)
-def cli(config_path: str | None, listen: str, allow_actions: bool, log_level: str) -> int:
+def cli(
+    config_path: str | None,
+    listen: str,
+    allow_actions: bool,
+    allowed_hosts: tuple[str, ...],
+    max_connections: int,
+    request_timeout: float,
+    log_level: str,
+) -> int:
     """Serve /metrics, /healthz and the web dashboard of a pepsi work queue."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s pepsi-httpd %(levelname)s %(message)s"
@@ -262,15 +348,19 @@ def cli(config_path: str | None, listen: str, allow_actions: bool, log_level: st
     config = load_config(config_path)
     app = App(config, allow_actions)
     try:
-        server = make_server(app, listen)
+        server = make_server(app, listen, allowed_hosts, max_connections, request_timeout)
     except OSError as exc:
         raise UsageError(f"cannot listen on {listen}: {exc}") from None
     host, port = server.server_address[:2]
     log.info(
-        "listening on http://%s:%d/ (%s)",
+        "listening on http://%s:%d/ (%s; Host must be one of %s; at most %d connections,"
+        " %.1f s to send a request)",
         host,
         port,
         "actions allowed" if allow_actions else "read-only",
+        ", ".join(sorted(server.RequestHandlerClass.guard.names)),
+        server.max_connections,
+        server.request_timeout,
     )
     app.start_sampler()
     try:

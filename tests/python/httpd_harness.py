@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import resource
 import subprocess
 import urllib.error
 import urllib.request
@@ -20,21 +22,34 @@ class Httpd:
     """One pepsi-httpd on a free port (`--listen 127.0.0.1:0`); its log goes to `log_path`."""
 
     def __init__(
-        self, conf: Path | None, dsn: str, log_path: Path, allow_actions: bool = False
+        self,
+        conf: Path | None,
+        dsn: str,
+        log_path: Path,
+        allow_actions: bool = False,
+        args: list[str] | None = None,
+        nofile: int | None = None,
     ) -> None:
+        """``args``: more options; ``nofile``: the process's open-file limit (soft and hard)."""
         self.log_path = log_path
-        cmd = [str(HTTPD), "--listen", "127.0.0.1:0"]
+        cmd = [str(HTTPD), "--listen", "127.0.0.1:0", *(args or [])]
         if conf is not None:
             cmd += ["-c", str(conf)]
         if allow_actions:
             cmd.append("--allow-actions")
         self._log = open(log_path, "ab")  # noqa: SIM115
+
+        def limit() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PEPSI_DSN": dsn},
+            preexec_fn=limit if nofile is not None else None,  # noqa: PLW1509 - no threads yet
         )
 
         def port() -> int | None:
@@ -69,6 +84,29 @@ class Httpd:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        timeout: float = 10,
+    ) -> tuple[int, str]:
+        """(status, body) of one request sent exactly with ``headers`` (Host included:
+        nothing is added), over a fresh connection."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

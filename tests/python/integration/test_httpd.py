@@ -157,38 +157,44 @@ def test_healthz(h: Harness, httpds: list[Httpd]) -> None:
     srv = Httpd(conf, h.dsn, h.tmp / "httpd.log")
     httpds.append(srv)
     status, _, body = srv.get("/healthz")
-    assert (status, body) == (503, "no live dispatcher heartbeat\n")
+    assert status == 503 and body.startswith("no live dispatcher"), body
     d = h.start(conf)
     wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 with a dispatcher")
     assert srv.get("/healthz")[2].startswith("ok: 1 live dispatcher")
     assert d.terminate() == 0  # a clean stop unregisters
     wait_until(lambda: srv.get("/healthz")[0] == 503, 10, 0.1, "healthz 503 after the stop")
-    # A dead dispatcher's row that stays behind goes stale: 3 heartbeat intervals (>= 10 s).
+    # A dead dispatcher's row that stays behind, fresh heartbeat and all: its session
+    # is gone, so it is not live.
     h.conn.execute(
         "INSERT INTO pepsi.dispatchers (hostname, pid, heartbeat_at, gauges)"
-        " VALUES ('gone', 1, now() - interval '11 s', '{\"heartbeat_interval\": 1}')"
+        " VALUES ('gone', 1, now(), '{\"heartbeat_interval\": 1}')"
     )
-    assert srv.get("/healthz")[0] == 503
-    h.conn.execute("UPDATE pepsi.dispatchers SET heartbeat_at = now()")
-    # A fresh heartbeat with no session holding the dispatcher lock: still 503.
+    time.sleep(1.1)  # the snapshot cache
+    assert srv.get("/healthz")[2].startswith("no live dispatcher")
+    # A registration whose session is there (this test's connection), but no session
+    # holding the dispatcher lock: still 503.
+    did = h.conn.execute("SELECT pepsi.register_dispatcher('here', 1, true)").fetchone()[0]
     wait_until(
         lambda: srv.get("/healthz")[2].startswith("no dispatcher session"),
         5,
         0.1,
-        "a heartbeat without a session is not live",
+        "a registration without the dispatcher lock is not serving",
     )
     h.conn.execute("SELECT pg_advisory_lock_shared(%s)", (LOCK_KEY,))  # as a replica does
     try:
-        wait_until(lambda: srv.get("/healthz")[0] == 200, 5, 0.1, "heartbeat and session: live")
+        wait_until(lambda: srv.get("/healthz")[0] == 200, 5, 0.1, "registered and locked: live")
     finally:
         h.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (LOCK_KEY,))
+        h.conn.execute("SELECT pepsi.unregister_dispatcher(%s)", (did,))
 
 
-def test_healthz_turns_503_at_once_when_the_dispatcher_is_killed(
+def test_a_dispatcher_killed_with_sigkill_is_neither_exported_nor_counted(
     h: Harness, httpds: list[Httpd]
 ) -> None:
-    """SIGKILL leaves a fresh heartbeat behind (it would stay 'live' for 3 intervals,
-    at least 10 s); the dispatcher's sessions, and the lock they hold, go at once."""
+    """SIGKILL leaves a fresh heartbeat and the last gauges behind (they stayed exported,
+    as a live or 'stale' dispatcher with busy workers, for minutes and restarts); the
+    dispatcher's sessions go at once, and with them its liveness: /healthz turns 503,
+    /metrics drops it, a new dispatcher removes its registration."""
     conf = conf_fast(h)
     srv = Httpd(conf, h.dsn, h.tmp / "httpd.log")
     httpds.append(srv)
@@ -201,11 +207,26 @@ def test_healthz_turns_503_at_once_when_the_dispatcher_is_killed(
     wait_until(lambda: srv.get("/healthz")[0] == 503, 5, 0.1, "healthz 503 after SIGKILL")
     took = time.monotonic() - t0
     status, _, body = srv.get("/healthz")
-    assert status == 503 and body.startswith("no dispatcher session"), body
+    assert status == 503 and body.startswith("no live dispatcher"), body
     assert took < 5, took  # the heartbeat alone would have kept it 200 for >= 10 s
     m = scrape(srv)
     assert m["pepsi_dispatcher_session"][("pepsi_dispatcher_session",)] == 0
-    assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 1  # the heartbeat's view
+    assert m["pepsi_dispatchers"][("pepsi_dispatchers",)] == 0
+    assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 0
+    assert not m.get("pepsi_dispatcher_workers"), m.get("pepsi_dispatcher_workers")
+    overview = h.conn.execute("SELECT sum(dispatchers), sum(workers) FROM pepsi.queue_overview()")
+    assert overview.fetchone() == (0, 0)
+    assert h.conn.execute("SELECT bool_or(live) FROM pepsi.queue_dispatchers()").fetchone() == (
+        False,
+    )
+    # A new dispatcher: only it is registered (the dead one's row is removed at start).
+    d2 = h.start(conf)
+    assert h.conn.execute("SELECT array_agg(dispatcher_id) FROM pepsi.dispatchers").fetchone() == (
+        [d2.dispatcher_id(h.conn)],
+    )
+    wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 again")
+    m = scrape(srv)
+    assert m["pepsi_dispatchers"][("pepsi_dispatchers",)] == 1
 
 
 def test_healthz_and_metrics_without_database(tmp_path: Path, httpds: list[Httpd]) -> None:
@@ -331,3 +352,29 @@ def test_a_role_without_pepsi_dashboard_gets_answers(
     status, _, body = srv.get("/api/overview")
     assert status == 503 and "GRANT pepsi_dashboard" in body, body
     assert srv.proc.poll() is None
+
+
+def test_the_pause_button_of_a_dropped_stage_cannot_stop_the_dispatcher(
+    h: Harness, httpds: list[Httpd]
+) -> None:
+    """A pepsi-httpd whose configuration still lists a stage the dispatcher has dropped
+    offered its Pause button; the PAUSED row it wrote was a section without a PROGRAM,
+    the dispatcher's reload did not parse and it exited 1 (and every restart 2)."""
+    served = h.pipeline(["a", "b"])
+    conf = h.conf(served, poll_interval="1 s")
+    stale = h.conf({**served, "old": dict(served["b"])}, name="httpd.conf")
+    d = h.start(conf)
+    srv = Httpd(stale, h.dsn, h.tmp / "httpd.log", allow_actions=True)
+    httpds.append(srv)
+    status, body = srv.post("/api/pause", {"stage": "old", "paused": True})
+    assert status == 400 and "unknown stage old" in body["error"], body
+    assert h.conn.execute("SELECT count(*) FROM pepsi.config").fetchone() == (0,)
+    # The dispatcher serves on; a stage it serves can still be paused and resumed.
+    status, body = srv.post("/api/pause", {"stage": "a", "paused": True})
+    assert (status, body) == (200, {"changed": True})
+    status, body = srv.post("/api/pause", {"stage": "a", "paused": False})
+    assert (status, body) == (200, {"changed": True})
+    ids = h.enqueue("a", 3)
+    h.wait_all(where=f"workqueue_id <= {max(ids)}")
+    assert all(h.row(i)["status"] == "done" for i in ids)
+    assert d.running(), d.tail()
