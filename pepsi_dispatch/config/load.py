@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +57,8 @@ from pepsi_dispatch.config.values import (
     _time_opt,
 )
 from pepsi_dispatch.contract import STAGE_NAME_RE
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_DSN = "postgresql:///pepsi"
 #: The last file of the search order (a module attribute so tests can point it elsewhere).
@@ -332,12 +335,39 @@ def _load(file: Path | None) -> Config:
     )
 
 
+def _drop_pause_only_sections(merged: Ini, config: Config) -> None:
+    """Leave out overlay sections of stages the file does not define that say only PAUSED.
+
+    Such a section names no PROGRAM, so it is no stage; it is what pausing a stage
+    leaves behind once the stage is dropped from the file (or what a pause of an
+    unknown name wrote before the database refused those). Parsing it would make the
+    graph fail: a reload would end the dispatcher and every restart exit 2 while the
+    row stays. It is ignored, with a warning naming the row to delete.
+    """
+    for sec in [k for k in merged.sections if _is_stage_section(k) and k not in config.sections]:
+        if set(merged.sections[sec]) == {"PAUSED"}:
+            name = merged.names.get(sec, sec)
+            _log.warning(
+                "database overlay: [%s] has only PAUSED and no PROGRAM: no such stage, ignored"
+                " (DELETE FROM pepsi.config WHERE section = '%s' removes it)",
+                name,
+                name,
+            )
+            del merged.sections[sec]
+            merged.names.pop(sec, None)
+            for key in [k for k in merged.origins if k[0] == sec]:
+                del merged.origins[key]
+
+
 def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -> Config:
     """Merge ``pepsi.config`` rows (section, option, value) into ``config``.
 
     Only ``[stage-*]`` rows are applied (they override file values and may add whole
     stages); rows for other sections are ignored. Values are expanded like file values.
     The stage graph is validated again. ``config`` itself is not changed.
+    An overlay section of a stage the file does not define that holds only PAUSED is
+    ignored with a warning (see :func:`_drop_pause_only_sections`): pausing can never
+    make the graph stop parsing.
 
     Raises:
         ConfigError: a bad row or a graph that does not parse, naming the database overlay.
@@ -348,6 +378,7 @@ def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -
         origins=dict(config.origins),
     )
     merge_rows(merged, rows, OVERLAY_ORIGIN, _is_stage_section, os.environ)
+    _drop_pause_only_sections(merged, config)
     stages = _build_stages(merged.sections, merged.names, merged.origins)
     return dataclasses.replace(
         config, stages=stages, sections=merged.sections, origins=merged.origins

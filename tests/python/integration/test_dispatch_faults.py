@@ -723,3 +723,31 @@ def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
         w = Broken()
         d.workers.on_event(kind, w, time.monotonic())  # type: ignore[arg-type]
         assert w.killed
+
+
+def test_a_paused_row_for_an_unknown_stage_never_stops_the_dispatcher(h: Harness) -> None:
+    """A [stage-X] PAUSED row for a stage the file does not define (written by a
+    dashboard pause before the database refused those, or left behind when the stage
+    was dropped) is a section without a PROGRAM: the reload did not parse and the
+    dispatcher exited 1, and every restart exited 2 while the row stayed. It is
+    ignored with a warning; the dispatcher keeps serving its stages, and restarts."""
+    conf = h.conf(h.pipeline(["a", "b"]))
+    d = h.start(conf)
+    h.set_config("stage-ghost", "PAUSED", "yes")  # notifies config_changed: a reload
+    wait_until(
+        lambda: "[stage-ghost] has only PAUSED" in d.log() or not d.running(),
+        30,
+        0.1,
+        lambda: "the reload\n" + d.tail(),
+    )
+    assert d.running(), d.tail()
+    ids = h.enqueue("a", 3)
+    h.wait_all(where=f"workqueue_id <= {max(ids)}")
+    assert [h.row(i)["status"] for i in ids] == ["done"] * 3
+    assert d.terminate() == 0
+    d2 = h.start(conf)  # a restart with the row still there
+    assert d2.running(), d2.tail()
+    assert "[stage-ghost] has only PAUSED and no PROGRAM" in d2.log()
+    more = h.enqueue("a", 2)
+    h.wait_all(where=f"workqueue_id <= {max(more)}")
+    assert [h.row(i)["status"] for i in more] == ["done"] * 2
