@@ -4,8 +4,10 @@ The selector watches the LISTEN connection's socket, every worker's pipes
 and the signal self-pipe; its timeout is the earliest deadline, and 0 exactly
 when database work is planned. Each wake: events (answers, notifications,
 signals), reaping, timers (reconnect, heartbeat, watchdogs), reload, then
-the database work in one pipeline (coordinator/database/wake.py) and the
-placement of claimed ids. docs/INTERNALS.md shows the parts and their states.
+the database round trip (coordinator/database/round_trip.py), whose facts the
+loop routes to the workers' side (claimed ids placed, failed claims held off).
+Periodic work is a list of duties (coordinator/duties.py): the select timeout
+is their minimum. docs/INTERNALS.md shows the parts and their states.
 
 The invariant everything protects: **an id is never in two workers at once**
 (coordinator/ledger.py).
@@ -26,14 +28,21 @@ from dataclasses import replace
 import psycopg
 
 from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
+from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
 from pepsi_dispatch.coordinator.database.calls import DELAYED, Database
+from pepsi_dispatch.coordinator.database.fence import Fence
+from pepsi_dispatch.coordinator.database.flip import PausedFlip
+from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, LinkState
-from pepsi_dispatch.coordinator.database.wake import Pipeline
+from pepsi_dispatch.coordinator.database.round_trip import RoundTrip
+from pepsi_dispatch.coordinator.database.settle import Settlement
+from pepsi_dispatch.coordinator.database.stats_flush import StatsFlush
+from pepsi_dispatch.coordinator.duties import Every, earliest
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.privileges import check_access, config_files, log_files
-from pepsi_dispatch.coordinator.sdnotify import Watchdog, notify
+from pepsi_dispatch.coordinator.sdnotify import SystemdWatchdog, notify
 from pepsi_dispatch.coordinator.signals import SelfPipe
 from pepsi_dispatch.coordinator.startup import open_database
 from pepsi_dispatch.coordinator.stats import Stats
@@ -46,7 +55,7 @@ log = logging.getLogger(__name__)
 #: Retention: done rows deleted per purge_done call and calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
-INF, LONGEST_WAIT = float("inf"), 86400.0  # epoll takes no wait over ~24.8 days
+LONGEST_WAIT = 86400.0  # epoll takes no wait over ~24.8 days
 
 
 class ReloadCause(enum.Enum):
@@ -83,14 +92,16 @@ class Dispatcher:
         self.link = DatabaseLink(self.db, self.sel)
         self.stats = Stats()
         self.dispatcher_id = 0
+        #: the fencing token every write carries (set at registration).
+        self.fence = Fence()
         #: who holds which id, the writes owed about ids (kept until the
-        #: pipeline carrying them succeeds), the claim floors: coordinator/ledger.py.
+        #: round trip carrying them succeeds), the claim floors: coordinator/ledger.py.
         self.ledger = Ledger(self.dispatch_config.competing)
         #: stages failing everything (ERROR once per STATS_INTERVAL); systemd's watchdog.
         self.failwatch = FailureWatch(self.dispatch_config.stats_interval, clock())
-        self.watchdog = Watchdog()
-        #: the workers: coordinator/workers/supervisor.py.
-        self.workers = Supervisor(
+        self.systemd_watchdog = SystemdWatchdog()
+        #: the workers' side: coordinator/workers/supervisor.py.
+        self.supervisor = Supervisor(
             config,
             self.sel,
             self.stats,
@@ -99,12 +110,7 @@ class Dispatcher:
             self._answers_read,
             self.failwatch,
         )
-        #: the database work of each wake: coordinator/database/wake.py.
-        self.pipeline = Pipeline(
-            dispatch_config, self.db, self.link, self.ledger, self.workers, self.stats, self.clock
-        )
-        # Flags and timers (monotonic seconds).
-        self.next_heartbeat = 0.0
+        self._database_side(clock())
         self.reload_pending = False
         #: what asked for the pending reload (SIGHUP retires workers even if nothing changed).
         self.reload_cause = ReloadCause.NOTIFIED
@@ -120,6 +126,57 @@ class Dispatcher:
         #: signal handlers only set flags; their wakeup fd wakes the selector.
         self.signals = SelfPipe()
         self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
+        self.heartbeat_duties = self._heartbeat_duties()
+
+    def _database_side(self, now: float) -> None:
+        """The database side's parts (coordinator/database/), sharing the fence."""
+        self.flip = PausedFlip(self.ledger, self.stats)
+        self.isolation = Isolation(self.db, self.link, self.fence, self.flip)
+        self.round_trip = RoundTrip(
+            self.dispatch_config,
+            self.db,
+            self.link,
+            self.ledger,
+            self.supervisor,
+            self.stats,
+            self.clock,
+            self.fence,
+            self.flip,
+            self.isolation,
+            lambda: self.shutting_down,
+        )
+        self.stats_flush = StatsFlush(
+            self.db,
+            self.link,
+            self.stats,
+            self.isolation,
+            self.dispatch_config.stats_interval,
+            self.supervisor.busy,
+            now,
+        )
+        self.settlement = Settlement(self.db, self.fence, self.ledger, self.stats)
+
+    def _heartbeat_duties(self) -> list[Every]:
+        """The duties of each heartbeat interval, in the order they run."""
+        interval = self.heartbeat_interval
+        competing = self.dispatch_config.competing
+        retention = self.dispatch_config.retention
+
+        def serving() -> bool:
+            return not self.shutting_down
+
+        return [
+            Every("registration check", interval, self.check_registration, lambda: competing),
+            Every("heartbeat", interval, self._beat),
+            Every(
+                "stage registration",
+                interval,
+                self._register_stages,
+                lambda: self.stages_unregistered and serving(),
+            ),
+            Every("orphan reset", interval, self._reset_orphans, lambda: competing and serving()),
+            Every("purge", interval, self._purge, lambda: retention > 0 and serving()),
+        ]
 
     # == start-up ================================================================
     def start(self) -> None:
@@ -129,9 +186,9 @@ class Dispatcher:
         check_access(config_files(self.config), log_files())
         self.config, self.dispatcher_id = open_database(self.db, self.config)
         self.link.up(self.db.listen_pid())
-        self.link.watch_listen()
-        self.workers.dispatcher_id = self.pipeline.dispatcher_id = self.dispatcher_id
-        self.workers.build(self.config)
+        self.link.watch_listen(self._on_listen)
+        self.supervisor.dispatcher_id = self.fence.id = self.dispatcher_id
+        self.supervisor.build(self.config)
         stages = ", ".join(
             f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
         )
@@ -147,7 +204,7 @@ class Dispatcher:
     def _on_signal(self, signum: int, frame: object) -> None:
         # Between bytecodes of the main thread; only sets flags (the wakeup fd woke the selector).
         if signum == signal.SIGCHLD:
-            self.workers.reap_all = True
+            self.supervisor.reap_all = True
         elif signum == signal.SIGHUP:
             self.reload_pending = True
             self.reload_cause = ReloadCause.SIGHUP
@@ -158,7 +215,7 @@ class Dispatcher:
     def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the exit code (raises FatalError)."""
         self.signals.install(self.sel, self._on_signal)
-        self.workers.sentinel = guard_process_tree()  # subreaper; kills groups if we die
+        self.supervisor.sentinel = guard_process_tree()  # subreaper; kills groups if we die
         try:
             if self.signals_seen:  # stopped before start-up: nothing to clean up
                 log.info("stop signal before start-up: exiting")
@@ -166,27 +223,22 @@ class Dispatcher:
             self.start()
             notify(f"READY=1\nSTATUS=dispatcher {self.dispatcher_id}\nMAINPID={os.getpid()}")
             now = self.clock()
-            self.next_heartbeat = now + self.heartbeat_interval
-            self.pipeline.requeue_at = now
+            for duty in self.heartbeat_duties:
+                duty.start(now)
+            self.flip.due_now(now)
             while True:
                 now = self.clock()
                 timeout = min(self.next_timeout(now), LONGEST_WAIT)
                 events = self.sel.select(max(0.0, timeout))
                 now = self.clock()
                 for key, _mask in events:
-                    kind, w = key.data
-                    if kind in ("out", "err", "in"):
-                        self.workers.on_event(kind, w, now)
-                    elif kind == "listen":
-                        self._on_listen(now)
-                    else:
-                        self.signals.drain()
+                    key.data(now)  # the callback given when the fd was registered
                 if self.signals_seen and not self.shutting_down:
                     self._begin_shutdown(now)
                 elif self.signals_seen > 1 and self.shutdown_deadline > now:
                     log.warning("second stop signal: killing workers now")
                     self.shutdown_deadline = now
-                self.workers.reap(now)
+                self.supervisor.reap(now)
                 self._timers(now)
                 db_ready = self.link.ready(now)
                 if self.reload_pending and not self.shutting_down and db_ready:
@@ -195,49 +247,45 @@ class Dispatcher:
                     self._reload(now, self.reload_if_changed, cause)
                     self.reload_if_changed = False
                 if db_ready:
-                    self._db_iteration(now)
-                if self.shutting_down and not self.workers.all():
+                    self._database_work(now)
+                if self.shutting_down and not self.supervisor.all():
                     return self._finish_shutdown()
         finally:
             self.signals.restore()
             self.db.close()
-            self.workers.sentinel.close()
+            self.supervisor.sentinel.close()
 
     def next_timeout(self, now: float) -> float:
-        """Seconds until the earliest timer (INF: none)."""
+        """Seconds until the earliest duty, watchdog or deadline (INF: none)."""
         link = self.link
-        held = link.held(now)
-        db_ready = link.ready(now)
-        # Zero exactly when database work is due now: Pipeline.due repeats the
-        # conditions of the plan the wake then sends (while the database is away these
-        # wait for the reconnect; a reload never runs once stopping, so it must
-        # not spin the loop then).
-        if db_ready and (
+        # Zero exactly when the round trip has work now (RoundTrip.due answers what
+        # RoundTrip.plan would build; while the database is away these wait for the
+        # reconnect; a reload never runs once stopping, so it must not spin the loop).
+        if link.ready(now) and (
             (self.reload_pending and not self.shutting_down)
-            or self.pipeline.due(now, self.shutting_down)
+            or self.round_trip.due(now, self.shutting_down)
         ):
             return 0.0
-        t = INF
-        if held:
-            t = min(t, link.hold_until)
+        if link.held(now):
+            t = link.hold_until
         elif link.connected:
             # The heartbeat goes on while stopping: until we unregister, our
             # workers still run our rows (competing: no replica may take them).
-            t = min(t, self.next_heartbeat)
-            if not self.shutting_down:
-                t = min(t, self.pipeline.requeue_deadline())
-            # Statistics: at STATS_INTERVAL, or soon after going idle.
-            t = min(t, self.pipeline.flush_deadline(idle=db_ready and not self.workers.busy()))
+            t = min(
+                earliest(self.heartbeat_duties, now),
+                self.round_trip.next_due(now),
+                self.stats_flush.next_due(now),
+            )
         else:
-            t = min(t, link.reconnect_at)
-        t = min(t, self.shutdown_deadline, self.watchdog.due())
-        t = min(t, self.workers.watchdogs.next_deadline(now))
+            t = link.reconnect_at
+        t = min(t, self.shutdown_deadline, self.systemd_watchdog.due())
+        t = min(t, self.supervisor.watchdogs.next_deadline(now))
         return t - now
 
     # == events ==================================================================
     def _answers_read(self) -> None:
         """Answers came in: a stage may have paused a row (pausing does not notify)."""
-        self.pipeline.requeue_dirty = True
+        self.flip.dirty = True
 
     def _on_listen(self, now: float) -> None:
         try:
@@ -252,93 +300,86 @@ class Dispatcher:
                 # An insert that took a low id may commit after a claim passed it.
                 self.ledger.rescan()
                 if channel == DELAYED:  # a delayed message: learn when it is due
-                    self.pipeline.requeue_dirty = True
+                    self.flip.dirty = True
 
     def _timers(self, now: float) -> None:
-        """Watchdog, idle stops, stop deadlines, shutdown deadline, reconnects."""
-        self.watchdog.tick(now)
+        """Watchdogs, the heartbeat's duties, stop deadlines, reconnects."""
+        self.systemd_watchdog.tick(now)
         self.failwatch.check(now)
         if not self.link.connected and now >= self.link.reconnect_at:
             self._reconnect(now)
-        if self.link.ready(now) and now >= self.next_heartbeat:
-            if self.shutting_down:
-                self._shutdown_heartbeat(now)
-            else:
-                self._heartbeat(now)
-        self.workers.watchdogs.fire_due(now)
+        self._run_duties(now)
+        self.supervisor.watchdogs.fire_due(now)
         if self.shutting_down and now >= self.shutdown_deadline:
-            self.workers.kill_all_now(now)
+            self.supervisor.kill_all_now(now)
+
+    def _run_duties(self, now: float) -> None:
+        """The heartbeat's duties that are due, in order, while the database is ready."""
+        for duty in self.heartbeat_duties:
+            if not self.link.ready(now):
+                return
+            if now >= duty.next_due(now):
+                try:
+                    duty.run(now)
+                except psycopg.Error as exc:
+                    self.link.lost(now, exc)
+                    return
 
     # == database ================================================================
-    def _db_iteration(self, now: float) -> None:
-        """This wake's database work, planned once, in one pipeline; then place
-        claimed ids, and flush statistics when due."""
-        plan = self.pipeline.plan(now, self.shutting_down)
-        if plan:
-            facts = self.pipeline.run(plan, now)
-            for stage in facts.claim_failed:
-                self.workers.hold_off(stage, now, "its claim failed (see the ERROR line above)")
-            if facts.claimed:
-                self.workers.place(facts.claimed, now, self.clock)
-        self.pipeline.flush_stats(now)
+    def _database_work(self, now: float) -> None:
+        """This wake's round trip; route its facts to the workers' side (place
+        claimed ids, hold off stages whose claim failed); flush statistics when due."""
+        facts = self.round_trip.run(now)
+        for stage in facts.claim_failed:
+            self.supervisor.hold_off(stage, now, "its claim failed (see the ERROR line above)")
+        if facts.claimed:
+            self.supervisor.place(facts.claimed, now, self.clock)
+        self.stats_flush.run(now)
 
-    def _shutdown_heartbeat(self, now: float) -> None:
-        """While stopping: only say we are alive (no claims, resets or purges).
-
-        In competing mode a replica whose heartbeat is older than
-        ORPHAN_TIMEOUT has its rows reset by the others -- while its workers
-        may still be finishing them within SHUTDOWN_TIMEOUT.
-        """
-        self.next_heartbeat = now + self.heartbeat_interval
-        try:
-            self.check_registration()
+    def _beat(self, now: float) -> None:
+        """The heartbeat: say we are alive, with the gauges; renew LISTEN. While
+        stopping only say we are alive: in competing mode a replica whose heartbeat
+        is older than ORPHAN_TIMEOUT has its rows reset by the others -- while its
+        workers may still be finishing them within SHUTDOWN_TIMEOUT."""
+        if self.shutting_down:
             self.db.heartbeat(self.dispatcher_id)
-        except psycopg.Error as exc:
-            self.link.lost(now, exc)
-
-    def _heartbeat(self, now: float) -> None:
-        self.next_heartbeat = now + self.heartbeat_interval
+            return
         # Rows made pending without a notification (an operator's requeue_failed)
         # are claimed at the latest on this tick (when busy, within about a second:
-        # a claim in the same pipeline as requeue_due goes unbounded).
+        # a claim in the same round trip as requeue_due goes unbounded).
         self.ledger.forget_floors()
-        try:
-            self.check_registration()
-            self.db.heartbeat(
-                self.dispatcher_id,
-                gauges.collect(
-                    self.workers.pools,
-                    self.workers.leftover,
-                    self.ledger.holding(),
-                    self.pipeline.round_trips,
-                    self.stats,
-                    self.heartbeat_interval,
-                ),
-            )
-            self.db.ping_listen()
-            self._on_listen(now)  # notifications that arrived during the ping
-            if not self.link.connected:
-                return
-            if self.stages_unregistered:
-                self._register_stages(now)
-            if self.dispatch_config.competing:
-                n = self.db.reset_orphans(self.dispatcher_id, self.dispatch_config.orphan_timeout)
-                if n:
-                    log.info("reset %d orphaned running row(s) of dead replicas to pending", n)
-            if self.dispatch_config.retention > 0:
-                purged = 0
-                for _ in range(PURGE_MAX_BATCHES):
-                    n = self.db.purge_done(self.dispatch_config.retention, PURGE_BATCH)
-                    purged += n
-                    if n < PURGE_BATCH:
-                        break
-                if purged:
-                    log.info("purged %d done row(s) older than RETENTION", purged)
-        except psycopg.Error as exc:
-            self.link.lost(now, exc)
-            return
-        self.pipeline.requeue_at = now
+        self.db.heartbeat(
+            self.dispatcher_id,
+            gauges.collect(
+                self.supervisor.pools,
+                self.supervisor.leftover,
+                self.ledger.holding(),
+                self.round_trip.count,
+                self.stats,
+                self.heartbeat_interval,
+            ),
+        )
+        self.db.ping_listen()
+        self._on_listen(now)  # notifications that arrived during the ping
+        self.flip.due_now(now)
         self.ledger.want_claim()
+
+    def _reset_orphans(self, now: float) -> None:
+        """Competing: rows of replicas dead longer than ORPHAN_TIMEOUT back to pending."""
+        n = self.db.reset_orphans(self.dispatcher_id, self.dispatch_config.orphan_timeout)
+        if n:
+            log.info("reset %d orphaned running row(s) of dead replicas to pending", n)
+
+    def _purge(self, now: float) -> None:
+        """RETENTION: done rows older than it are deleted, in small batches."""
+        purged = 0
+        for _ in range(PURGE_MAX_BATCHES):
+            n = self.db.purge_done(self.dispatch_config.retention, PURGE_BATCH)
+            purged += n
+            if n < PURGE_BATCH:
+                break
+        if purged:
+            log.info("purged %d done row(s) older than RETENTION", purged)
 
     def _reconnect(self, now: float) -> None:
         """One reconnect attempt (coordinator/database/link.py), then what it means here."""
@@ -349,7 +390,7 @@ class Dispatcher:
         if done is None:
             return
         self.ledger.rescan()  # stray rows were released; notifications may be lost
-        self.pipeline.requeue_at = now
+        self.flip.due_now(now)
         if done is LinkState.RECONNECT_WORK:
             return  # no notification was missed: the listen connection stayed
         # A config_changed may have been missed while disconnected: reload, but
@@ -366,18 +407,18 @@ class Dispatcher:
         # Rows the database says we hold but no worker has (a claim that
         # committed while its answer was lost) go back to pending; rows
         # with an owed failure or answer check are left for those writes.
-        self.pipeline.release_strays()
+        self.settlement.release_strays()
 
-    def check_registration(self) -> None:
+    def check_registration(self, now: float = 0.0) -> None:
         """Competing: if another replica declared us dead and reset our rows,
         kill every worker and drop every id it held, or that we owed a write
         for: none of them is ours any more (a late write would be refused by
         the fencing token anyway, but the work itself must stop). The
         heartbeat then registers us again."""
-        if not self.pipeline.declared_dead():
+        if not self.round_trip.declared_dead():
             return
-        n_workers = len(self.workers.all())
-        held = self.workers.drop_all()
+        n_workers = len(self.supervisor.all())
+        held = self.supervisor.drop_all()
         self.ledger.drop_all()
         log.error(
             "this replica was declared dead by another (its heartbeat was older than"
@@ -394,8 +435,8 @@ class Dispatcher:
         effort): the writes are fenced by dispatcher_id, so they change only
         rows still held by this dispatcher.
         """
-        self.workers.abandon_all()
-        self.pipeline.settle_fenced()
+        self.supervisor.abandon_all()
+        self.settlement.settle_fenced()
         raise FatalError(self.link.lock_lost or self.fatal or "fatal error")
 
     # == reload ==================================================================
@@ -438,8 +479,8 @@ class Dispatcher:
         # [pepsi-dispatch] options are read once; only the stage table changes.
         self.config = replace(new, dsn=self.config.dsn, dispatch=self.dispatch_config)
         self._register_stages(now)
-        n = self.workers.retire_all(now)
-        self.workers.build(self.config)
+        n = self.supervisor.retire_all(now)
+        self.supervisor.build(self.config)
         self.ledger.rescan()
         log.info(
             "configuration reloaded: stages %s; retiring %d worker(s)",
@@ -470,14 +511,14 @@ class Dispatcher:
         self.shutdown_deadline = now + self.dispatch_config.shutdown_timeout
         log.info(
             "stopping: no more claims; SIGTERM to %d worker(s), SHUTDOWN_TIMEOUT %g s",
-            len(self.workers.all()),
+            len(self.supervisor.all()),
             self.dispatch_config.shutdown_timeout,
         )
-        self.workers.terminate_all()
+        self.supervisor.terminate_all()
 
     def _finish_shutdown(self) -> int:
         """All workers are gone: settle owed writes, release held rows, flush, unregister."""
-        self.pipeline.log_requeues(self.clock())
+        self.flip.log_summary(self.clock())
         deadline = self.clock() + max(self.dispatch_config.shutdown_timeout, 1.0)
         while True:
             now = self.clock()
@@ -493,7 +534,7 @@ class Dispatcher:
                 )
                 return 1
             try:
-                n = self.pipeline.settle_at_exit()
+                n = self.settlement.settle_at_exit()
             except psycopg.Error as exc:
                 self.link.lost(now, exc)
                 continue
@@ -505,7 +546,7 @@ class Dispatcher:
             self.dispatcher_id,
             self.stats.total_messages,
             self.stats.total_stage_runs,
-            self.pipeline.round_trips,
+            self.round_trip.count,
             usage.ru_utime + usage.ru_stime,
             f", {n} held row(s) released" if n else "",
         )

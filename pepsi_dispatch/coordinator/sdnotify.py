@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 
-__all__ = ["Watchdog", "notify"]
+__all__ = ["SystemdWatchdog", "notify"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def notify(state: str, environ: dict[str, str] | None = None) -> bool:
     return True
 
 
-class Watchdog:
+class SystemdWatchdog:
     """``WATCHDOG=1`` at half the interval systemd asked for (``WATCHDOG_USEC``)."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:

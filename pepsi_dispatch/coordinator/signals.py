@@ -32,7 +32,7 @@ class SelfPipe:
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
-        sel.register(self._r, selectors.EVENT_READ, ("signal", None))
+        sel.register(self._r, selectors.EVENT_READ, lambda now: self.drain())
         for sig in HANDLED:
             self._old[sig] = signal.signal(sig, handler)
         early = earlysignals.take()

@@ -12,10 +12,10 @@ says (it is an upper bound, and 2 is below every sensible value):
   loop waits.
 
 Every data decision is a ``pepsi.*`` function (``sql/functions/``); this module
-holds only the constant call strings. The hot path, :meth:`Database.iteration`,
+holds only the constant call strings. The hot path, :meth:`Database.round_trip`,
 sends up to four calls in one pipeline: measured on the 2-core CI box against
 a local PostgreSQL 15, three statements in one pipeline cost 94 µs against
-61 µs for a single round trip, so batching an iteration's writes roughly
+61 µs for a single round trip, so batching a wake's writes roughly
 halves its database time. A pipeline without explicit transaction is one
 implicit transaction, so it commits all or nothing -- which is what makes
 re-running it after an error safe.
@@ -158,8 +158,8 @@ class Requeue:
 
 
 @dataclass(slots=True)
-class IterationResult:
-    """What one :meth:`Database.iteration` pipeline returned."""
+class RoundTripResult:
+    """What one :meth:`Database.round_trip` pipeline returned."""
 
     left_running: list[tuple[int, str]]
     requeue: Requeue | None
@@ -462,7 +462,7 @@ class Database:
         rows = self.work.execute(SQL_STAGES_OF, (list(ids),)).fetchall()
         return {int(r[0]): str(r[1]) for r in rows}
 
-    # -- the parts of a wake, one statement each (see wake.py, Pipeline.isolate) --
+    # -- the parts of a round trip, one statement each (database/isolation.py) --
     def record_errors(self, dispatcher_id: int, failures: Sequence[tuple[int, str, str]]) -> int:
         """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
         n = self._scalar(
@@ -512,15 +512,15 @@ class Database:
         return (dispatcher_id, list(stages), int_array(caps), self.competing, bounds)
 
     # -- the hot path ------------------------------------------------------------
-    def iteration(
+    def round_trip(
         self,
         dispatcher_id: int,
         failures: Sequence[tuple[int, str, str]],
         answered: Sequence[int],
         requeue: tuple[list[str], list[int], int, float | None] | None,
         claim: tuple[list[str], list[int], list[int | None] | None] | None,
-    ) -> IterationResult:
-        """One loop iteration's writes, pipelined: all or nothing.
+    ) -> RoundTripResult:
+        """One wake's writes and claim, pipelined: all or nothing.
 
         ``failures`` -- (id, status, reason) for ``pepsi.record_dispatch_error``;
         ``answered`` -- ids answered ``0``, for ``pepsi.check_answered``;
@@ -529,7 +529,7 @@ class Database:
         after_ids (the claim floors, aligned with stages, None = no bound) is
         None or a list.
         Order matters: failures and checks first, so a claim in the same
-        pipeline can never see a row this iteration is still settling.
+        pipeline can never see a row this round trip is still settling.
         """
         work = self.work
         assert work is not None
@@ -537,9 +537,9 @@ class Database:
             # The claim alone (an idle dispatcher woken by an enqueue): one plain
             # statement, one write, instead of a pipeline's Bind, Sync and Flush
             # sent apart -- 0.37 ms less per wake measured (docs/BENCHMARKS.md).
-            return IterationResult([], None, self.claim(dispatcher_id, *claim))
+            return RoundTripResult([], None, self.claim(dispatcher_id, *claim))
 
-        def run() -> IterationResult:
+        def run() -> RoundTripResult:
             c_err = c_chk = c_req = c_claim = None
             with work.pipeline():
                 if failures:
@@ -562,14 +562,14 @@ class Database:
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
                 retried = [(e[0], paused[e[0]], e[1], e[2]) for e in failures if e[0] in paused]
-            return IterationResult(
+            return RoundTripResult(
                 left_running=[(r[0], r[1]) for r in c_chk.fetchall()] if c_chk else [],
                 requeue=_requeue(c_req.fetchone()) if c_req else None,
                 claimed=[(r[0], r[1]) for r in c_claim.fetchall()] if c_claim else [],
                 retried=retried,
             )
 
-        return with_retry(run, "iteration")
+        return with_retry(run, "round trip")
 
 
 def _requeue(row: Any) -> Requeue:

@@ -61,6 +61,8 @@ class DatabaseLink:
 
     def __init__(self, db: Database, sel: selectors.BaseSelector) -> None:
         self.db = db
+        #: called with the time when the LISTEN socket is readable (set by watch_listen).
+        self.on_listen: Callable[[float], None] = lambda now: None
         self.sel = sel
         #: not connected yet: start() brings it UP.
         self.state = LinkState.RECONNECT_ALL
@@ -130,9 +132,14 @@ class DatabaseLink:
         return False
 
     # == the listen socket ======================================================
-    def watch_listen(self) -> None:
+    def watch_listen(self, on_ready: Callable[[float], None] | None = None) -> None:
+        """Watch the LISTEN connection's socket; ``on_ready(now)`` is called when it
+        is readable (given once at start, kept for the re-registrations after a
+        reconnect)."""
+        if on_ready is not None:
+            self.on_listen = on_ready
         self.listen_fd = self.db.listen_fileno()
-        self.sel.register(self.listen_fd, selectors.EVENT_READ, ("listen", None))
+        self.sel.register(self.listen_fd, selectors.EVENT_READ, self.on_listen)
 
     def _unwatch_listen(self) -> None:
         if self.listen_fd >= 0:

@@ -161,25 +161,31 @@ class Supervisor:
         self.unwatch(w.stdin_fd)
 
     # == answer intake ===========================================================
-    def on_event(self, kind: str, w: WorkerProcess, now: float) -> None:
-        """One worker's pipe is ready. Whatever goes wrong handling it ends that
-        worker (its ids are settled when it is reaped), never the dispatcher."""
-        try:
-            if kind == "out":
-                self._on_stdout(w, now)
-            elif kind == "err":
-                self._on_stderr(w)
-            elif w.flush_stdin():
-                self.unwatch(w.stdin_fd)
-        except Exception:  # noqa: BLE001 - one worker's output must not end the loop
-            log.exception(
-                "stage %s worker pid %d: unexpected error handling its %s; stopping it",
-                w.stage,
-                w.pid,
-                {"out": "answers", "err": "stderr"}.get(kind, "stdin"),
-            )
-            if not w.killed:
-                self.kill(w)
+    def on_ready(
+        self, w: WorkerProcess, what: str, handle: Callable[[WorkerProcess, float], None]
+    ) -> Callable[[float], None]:
+        """The selector's callback for one of ``w``'s pipes: ``handle(w, now)``,
+        where whatever goes wrong ends that worker (its ids are settled when it is
+        reaped), never the dispatcher. ``what`` names the pipe's job in the log."""
+
+        def ready(now: float) -> None:
+            try:
+                handle(w, now)
+            except Exception:  # noqa: BLE001 - one worker's output must not end the loop
+                log.exception(
+                    "stage %s worker pid %d: unexpected error handling its %s; stopping it",
+                    w.stage,
+                    w.pid,
+                    what,
+                )
+                if not w.killed:
+                    self.kill(w)
+
+        return ready
+
+    def _on_stdin(self, w: WorkerProcess, now: float) -> None:
+        if w.flush_stdin():
+            self.unwatch(w.stdin_fd)
 
     def _on_stdout(self, w: WorkerProcess, now: float) -> None:
         lines = w.read_answers()
@@ -353,7 +359,7 @@ class Supervisor:
             prev = name
         return fused
 
-    def _on_stderr(self, w: WorkerProcess) -> None:
+    def _on_stderr(self, w: WorkerProcess, now: float) -> None:
         lines = w.read_stderr()
         if lines is None:
             self.unwatch(w.stderr_fd)
@@ -400,8 +406,12 @@ class Supervisor:
             pool.spares.add(w.pid)
         else:
             pool.spawned_at[w.pid] = now
-        self.sel.register(w.stdout_fd, selectors.EVENT_READ, ("out", w))
-        self.sel.register(w.stderr_fd, selectors.EVENT_READ, ("err", w))
+        self.sel.register(
+            w.stdout_fd, selectors.EVENT_READ, self.on_ready(w, "answers", self._on_stdout)
+        )
+        self.sel.register(
+            w.stderr_fd, selectors.EVENT_READ, self.on_ready(w, "stderr", self._on_stderr)
+        )
         log.info(
             "stage %s: worker pid %d started (%d/%d)%s",
             pool.name,
@@ -444,7 +454,11 @@ class Supervisor:
                 w.give(batch, now)
                 if w.outbuf and w.stdin_fd is not None:
                     try:
-                        self.sel.register(w.stdin_fd, selectors.EVENT_WRITE, ("in", w))
+                        self.sel.register(
+                            w.stdin_fd,
+                            selectors.EVENT_WRITE,
+                            self.on_ready(w, "stdin", self._on_stdin),
+                        )
                     except KeyError:
                         pass
                 self.stats.handed_out(len(batch))
@@ -569,7 +583,7 @@ class Supervisor:
                     w.pid,
                 )
         if w.stderr_fd is not None:
-            self._on_stderr(w)  # last words, at most one chunk burst
+            self._on_stderr(w, now)  # last words, at most one chunk burst
         # Asked while its stdin is still open: FIONREAD tells if it read anything.
         started = w.has_read()
         self._unwatch_all(w)

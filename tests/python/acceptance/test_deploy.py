@@ -324,10 +324,10 @@ def test_sd_notify_datagrams(tmp_path: Path, kind: str) -> None:
         assert sdnotify.notify("READY=1\nSTATUS=x", {"NOTIFY_SOCKET": address})
         assert sock.recv(4096) == b"READY=1\nSTATUS=x"
     assert not sdnotify.notify("READY=1", {})  # not under systemd: nothing to do
-    dog = sdnotify.Watchdog({"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "4000000"})
+    dog = sdnotify.SystemdWatchdog({"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "4000000"})
     assert dog.interval == 2.0
     assert (
-        sdnotify.Watchdog(
+        sdnotify.SystemdWatchdog(
             {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"}
         ).interval
         == 0

@@ -689,7 +689,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
             assert status(x) == "pending"
             assert status(y) == "failed"
     finally:
-        for w in d.workers.all():
+        for w in d.supervisor.all():
             w.wait_dead()
         d.db.close()
 
@@ -719,9 +719,10 @@ def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
         def close_stdin(self) -> None:
             pass
 
-    for kind in ("out", "err"):
+    sup = d.supervisor
+    for what, handle in (("answers", sup._on_stdout), ("stderr", sup._on_stderr)):
         w = Broken()
-        d.workers.on_event(kind, w, time.monotonic())  # type: ignore[arg-type]
+        sup.on_ready(w, what, handle)(time.monotonic())  # type: ignore[arg-type]
         assert w.killed
 
 

@@ -134,7 +134,9 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
     now = time.monotonic()
     d.link.up(0)
     d.ledger.claimed_pass()
-    d.next_heartbeat = d.pipeline.requeue_at = now + 30
+    for duty in d.heartbeat_duties:
+        duty.next_at = now + 30
+    d.flip.at = now + 30
     d.reload_pending = True
     assert d.next_timeout(now) == 0.0
     d.shutting_down = True
@@ -800,12 +802,12 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     assert ledger.floors == {"a": 0, "b": 0}
     ledger.floors.clear()
     ledger.floors["a"] = 100
-    d.pipeline.requeued(Requeue(0, 1, 0, None, (("a", 1),)), time.monotonic())
+    d.flip.done(Requeue(0, 1, 0, None, (("a", 1),)), time.monotonic())
     assert ledger.floors == {"a": 100}  # failed (exhausted) rows are not pending
     # ... and they count as failed in their stage (so in dispatch_stats.failed too).
     args = d.stats.flush_args()
     assert (args["stages"], args["failed"], args["stage_runs"]) == (["a"], [1], 0)
-    d.pipeline.requeued(Requeue(1, 0, 0, None), time.monotonic())
+    d.flip.done(Requeue(1, 0, 0, None), time.monotonic())
     assert ledger.floors == {}
 
 

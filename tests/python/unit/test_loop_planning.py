@@ -52,9 +52,10 @@ def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatche
     )
     d = Dispatcher(load_config(str(conf)), clock=clock, db=db)  # type: ignore[arg-type]
     d.link.up(0)  # as after start(), without a database
-    d.workers.build(d.config)  # pools, no processes yet
-    d.next_heartbeat = clock() + 30
-    d.pipeline.requeue_at = clock() + 10
+    d.supervisor.build(d.config)  # pools, no processes yet
+    for duty in d.heartbeat_duties:
+        duty.start(clock())  # 30 s: POLL_INTERVAL
+    d.flip.at = clock() + 10
     return d
 
 
@@ -64,11 +65,11 @@ def test_invariant_9_timeout_is_zero_exactly_when_a_claim_is_planned(tmp_path: P
     next requeue_due."""
     clock = FakeClock()
     d = dispatcher(tmp_path, clock)
-    plan = d.pipeline.plan(clock(), shutting_down=False)
+    plan = d.round_trip.plan(clock(), shutting_down=False)
     assert plan and plan.claim == (["a"], [6], None) and plan.requeue is None
     assert d.next_timeout(clock()) == 0.0
     d.ledger.claimed_pass()
-    assert not d.pipeline.plan(clock(), shutting_down=False)
+    assert not d.round_trip.plan(clock(), shutting_down=False)
     assert d.next_timeout(clock()) == 10.0
 
 
@@ -80,10 +81,10 @@ def test_invariant_9_a_due_requeue_is_planned_with_an_unbounded_claim(tmp_path: 
     d.ledger.claimed_pass()
     d.ledger.raise_floors([(40, "a")])
     clock.advance(9.5)
-    assert not d.pipeline.plan(clock(), shutting_down=False)
+    assert not d.round_trip.plan(clock(), shutting_down=False)
     assert abs(d.next_timeout(clock()) - 0.5) < 1e-9
     clock.advance(0.5)
-    plan = d.pipeline.plan(clock(), shutting_down=False)
+    plan = d.round_trip.plan(clock(), shutting_down=False)
     assert plan.requeue is not None and plan.claim == (["a"], [6], None)
     assert d.next_timeout(clock()) == 0.0
 
@@ -94,7 +95,7 @@ def test_invariant_9_an_owed_release_is_planned_first(tmp_path: Path) -> None:
     d = dispatcher(tmp_path, clock)
     d.ledger.claimed_pass()
     d.ledger.release([5])
-    plan = d.pipeline.plan(clock(), shutting_down=False)
+    plan = d.round_trip.plan(clock(), shutting_down=False)
     assert plan.owed.releases == [5] and plan.claim is None
     assert d.next_timeout(clock()) == 0.0
 
@@ -107,7 +108,7 @@ def test_invariant_9_nothing_is_planned_while_stopping(tmp_path: Path) -> None:
     clock.advance(20)  # requeue_at passed too
     d.shutting_down = True
     d.shutdown_deadline = clock() + 5
-    assert not d.pipeline.plan(clock(), shutting_down=True)
+    assert not d.round_trip.plan(clock(), shutting_down=True)
     assert d.next_timeout(clock()) == 5.0
 
 
@@ -119,10 +120,10 @@ def test_invariant_7_a_query_error_holds_all_database_work(tmp_path: Path) -> No
     d = dispatcher(tmp_path, clock, Healthy())
     d.link.lost(clock(), psycopg.errors.DivisionByZero("division by zero"))
     assert d.link.state is LinkState.HOLDING and d.link.connected
-    assert not d.pipeline.plan(clock(), shutting_down=False)
+    assert not d.round_trip.plan(clock(), shutting_down=False)
     assert abs(d.next_timeout(clock()) - 0.1) < 1e-9
     clock.advance(0.1)
-    assert d.pipeline.plan(clock(), shutting_down=False)  # the claim is still due
+    assert d.round_trip.plan(clock(), shutting_down=False)  # the claim is still due
     assert d.link.state is LinkState.UP
 
 
@@ -134,7 +135,7 @@ def test_invariant_9_the_timeouts_boolean_peek_agrees_with_the_plan(tmp_path: Pa
 
     def agree(stopping: bool = False) -> None:
         now = clock()
-        assert d.pipeline.due(now, stopping) == bool(d.pipeline.plan(now, stopping))
+        assert d.round_trip.due(now, stopping) == bool(d.round_trip.plan(now, stopping))
 
     agree()  # a claim is due
     agree(stopping=True)

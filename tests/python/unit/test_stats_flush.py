@@ -50,11 +50,11 @@ def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Pa
     d.link.up(0)
     d.stats.succeeded("a", 0.5)
     db.fail = psycopg.OperationalError("connection lost")
-    d.pipeline.flush_stats(d.pipeline.last_flush + 1000.0, force=True)
+    d.stats_flush.run(d.stats_flush.last + 1000.0, force=True)
     assert d.stats.pending(), "a failed flush must keep its deltas"
     assert not d.link.connected  # the loop reconnects; the deltas wait for it
     db.fail = None
     d.link.up(0)
-    d.pipeline.flush_stats(d.pipeline.last_flush + 2000.0, force=True)
+    d.stats_flush.run(d.stats_flush.last + 2000.0, force=True)
     assert len(db.flushed) == 1 and db.flushed[0]["stages"] == ["a"]
     assert not d.stats.pending()
