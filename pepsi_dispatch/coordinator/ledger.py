@@ -139,22 +139,14 @@ class Ledger:
         self.releases.extend(undelivered)
 
     # -- the pipeline ------------------------------------------------------------
-    def owed(self, peek: bool = False) -> OwedWrites:
+    def owed(self) -> OwedWrites:
         """The writes to send now, the floors lowered for them first. Those about
         ids in flight again are dropped for good (never sent); the rest stay
-        owed until :meth:`released` / :meth:`sent`.
-
-        ``peek``: only say what would be sent, changing nothing (the select
-        timeout asks this; dropping must wait until the wake that sends, whose
-        events may first have let go of an id).
+        owed until :meth:`released` / :meth:`sent`. (The select timeout only
+        asks :meth:`owes_writes`: dropping must wait until the wake that sends,
+        whose events may first have let go of an id.)
         """
         holder_of = self.holder_of
-        if peek:
-            return OwedWrites(
-                [i for i in self.releases if i not in holder_of],
-                [e for e in self.failures if e[0] not in holder_of],
-                [i for i in self.checks if i not in holder_of],
-            )
         self.lower_floors(OwedWrites(self.releases, self.failures, self.checks))
         if holder_of and (self.failures or self.checks or self.releases):
             self.failures = [e for e in self.failures if e[0] not in holder_of]
@@ -163,7 +155,7 @@ class Ledger:
         return OwedWrites(list(self.releases), list(self.failures), list(self.checks))
 
     def owes_writes(self) -> bool:
-        """``bool(self.owed(peek=True))``, building no lists."""
+        """Would :meth:`owed` send anything now? Changes nothing, builds no lists."""
         if not (self.releases or self.failures or self.checks):
             return False
         holder = self.holder_of

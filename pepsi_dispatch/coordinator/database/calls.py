@@ -46,6 +46,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Arguments of ``pepsi.requeue_due``: stages, their MAX_RETRIES, the default
+#: MAX_RETRIES for other stages, EXPIRY in seconds (None: never).
+RequeueArgs = tuple[list[str], list[int], int, float | None]
+#: Arguments of ``pepsi.claim``: stages, their capacities, the claim floors
+#: (aligned with the stages; None: unbounded).
+ClaimArgs = tuple[list[str], list[int], list[int | None] | None]
+
 #: Key of the advisory lock that marks "a dispatcher serves this database".
 #: Exclusive for a single dispatcher, shared for competing replicas, so the two
 #: modes exclude each other. ASCII "pepsidsp" as a signed 64-bit integer.
@@ -169,7 +176,7 @@ class RoundTripResult:
     retried: list[tuple[int, str, str, str]] = field(default_factory=list)
 
 
-def with_retry(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
+def rerun_on_conflict(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
     """Run ``fn``; re-run it after a transient 40001/40P01 error, with jittered backoff.
 
     Cheap insurance: with one writer per row these should not happen, but a
@@ -360,7 +367,7 @@ class Database:
             row = work.execute(sql, params).fetchone()
             return row[0] if row else None
 
-        return with_retry(run, what)
+        return rerun_on_conflict(run, what)
 
     def register(self) -> int:
         """``pepsi.register_dispatcher`` → dispatcher id."""
@@ -434,7 +441,7 @@ class Database:
             ).fetchone()
             return _requeue(row)
 
-        return with_retry(run, "requeue_due")
+        return rerun_on_conflict(run, "requeue_due")
 
     def purge_done(self, retention: float, batch: int) -> int:
         """``pepsi.purge_done``: one batch of old done rows deleted."""
@@ -486,7 +493,7 @@ class Database:
             rows = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, int_array(ids))).fetchall()
             return [(r[0], r[1]) for r in rows]
 
-        return with_retry(run, "check_answered")
+        return rerun_on_conflict(run, "check_answered")
 
     def claim(
         self,
@@ -503,7 +510,7 @@ class Database:
         def run() -> list[tuple[int, str]]:
             return [(r[0], r[1]) for r in work.execute(SQL_CLAIM, args).fetchall()]
 
-        return with_retry(run, "claim")
+        return rerun_on_conflict(run, "claim")
 
     def _claim_args(
         self, dispatcher_id: int, stages: Sequence[str], caps: Sequence[int], after_ids: Any
@@ -517,8 +524,8 @@ class Database:
         dispatcher_id: int,
         failures: Sequence[tuple[int, str, str]],
         answered: Sequence[int],
-        requeue: tuple[list[str], list[int], int, float | None] | None,
-        claim: tuple[list[str], list[int], list[int | None] | None] | None,
+        requeue: RequeueArgs | None,
+        claim: ClaimArgs | None,
     ) -> RoundTripResult:
         """One wake's writes and claim, pipelined: all or nothing.
 
@@ -569,7 +576,7 @@ class Database:
                 retried=retried,
             )
 
-        return with_retry(run, "round trip")
+        return rerun_on_conflict(run, "round trip")
 
 
 def _requeue(row: Any) -> Requeue:

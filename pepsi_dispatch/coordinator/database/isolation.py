@@ -17,8 +17,10 @@ import psycopg
 
 from pepsi_dispatch.coordinator.database.calls import (
     CONNECTION_LOST,
+    ClaimArgs,
     Database,
     Requeue,
+    RequeueArgs,
     RoundTripResult,
 )
 from pepsi_dispatch.coordinator.database.fence import Fence
@@ -26,9 +28,6 @@ from pepsi_dispatch.coordinator.database.flip import AFTER_ERROR, PausedFlip
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, error_line
 
 log = logging.getLogger(__name__)
-
-RequeueArgs = tuple[list[str], list[int], int, float | None]
-ClaimArgs = tuple[list[str], list[int], list[int | None] | None]
 
 
 class Isolation:
@@ -165,4 +164,4 @@ class Isolation:
         return out
 
 
-__all__ = ["ClaimArgs", "Isolation", "RequeueArgs"]
+__all__ = ["Isolation"]

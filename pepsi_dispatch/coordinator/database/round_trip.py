@@ -23,10 +23,15 @@ import psycopg
 
 from pepsi_dispatch.config import DispatchConfig
 from pepsi_dispatch.contract import DEFAULT_MAX_RETRIES, INF
-from pepsi_dispatch.coordinator.database.calls import Database, RoundTripResult
+from pepsi_dispatch.coordinator.database.calls import (
+    ClaimArgs,
+    Database,
+    RequeueArgs,
+    RoundTripResult,
+)
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
-from pepsi_dispatch.coordinator.database.isolation import ClaimArgs, Isolation, RequeueArgs
+from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink
 from pepsi_dispatch.coordinator.database.settle import count_retried
 from pepsi_dispatch.coordinator.ledger import Ledger, OwedWrites, ids_text

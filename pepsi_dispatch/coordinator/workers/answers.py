@@ -13,15 +13,23 @@ This module only classifies lines; what to do with them is the loop's job.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
 from typing import Final
 
 from pepsi_dispatch.contract import MAX_LINE, MAX_NUMBER_DIGITS, STAGE_NAME_RE
 
-OK: Final = "ok"
-FAILED: Final = "failed"
-PROTOCOL_ERROR: Final = "protocol_error"
+
+class AnswerKind(enum.Enum):
+    """What an answer line says about its message."""
+
+    #: ``0`` or ``0 fused=b,c``: done; the stage wrote the row's next state.
+    OK = "ok"
+    #: ``N reason`` (N non-zero): the message failed; the worker lives on.
+    FAILED = "failed"
+    #: anything else: the message fails and the worker is stopped.
+    PROTOCOL_ERROR = "protocol_error"
 
 
 _INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -31,19 +39,19 @@ _INT = re.compile(r"[+-]?[0-9]+\Z")
 class Answer:
     """One classified answer line.
 
-    ``kind`` is :data:`OK`, :data:`FAILED` or :data:`PROTOCOL_ERROR`;
+    ``kind`` is what the line says (:class:`AnswerKind`);
     ``fused`` lists the stages a successful pass also ran; ``text`` is the
     line as received (decoded, without its newline), used as the reason.
     """
 
-    kind: str
+    kind: AnswerKind
     text: str
     fused: tuple[str, ...] = ()
 
 
 #: The one answer a busy pipeline sends thousands of times a second: shared,
 #: so the hot path allocates nothing for it.
-ANSWER_OK: Final = Answer(OK, "0")
+ANSWER_OK: Final = Answer(AnswerKind.OK, "0")
 
 
 def parse_answer(line: bytes) -> Answer:
@@ -63,21 +71,21 @@ def parse_answer(line: bytes) -> Answer:
     text = line[:MAX_LINE].decode("utf-8", errors="replace").replace("\x00", "\\0")
     head, sep, rest = text.partition(" ")
     if not _INT.match(head):
-        return Answer(PROTOCOL_ERROR, text)
+        return Answer(AnswerKind.PROTOCOL_ERROR, text)
     if len(head) > MAX_NUMBER_DIGITS:
-        return Answer(PROTOCOL_ERROR, text)
+        return Answer(AnswerKind.PROTOCOL_ERROR, text)
     # Zero or not is read off the digits, never through int(): no answer line
     # may raise out of here.
     if head.lstrip("+-").strip("0"):
         # "N reason": the reason is optional in practice; the line is the reason.
-        return Answer(FAILED, text)
+        return Answer(AnswerKind.FAILED, text)
     # "0 ..." -- only "0 fused=a,b" is valid.
     rest = rest.strip()
     if not rest:
         return ANSWER_OK
     if not rest.startswith("fused="):
-        return Answer(PROTOCOL_ERROR, text)
+        return Answer(AnswerKind.PROTOCOL_ERROR, text)
     names = tuple(n for n in rest[len("fused=") :].split(","))
     if not names or not all(STAGE_NAME_RE.fullmatch(n) for n in names):
-        return Answer(PROTOCOL_ERROR, text)
-    return Answer(OK, text, names)
+        return Answer(AnswerKind.PROTOCOL_ERROR, text)
+    return Answer(AnswerKind.OK, text, names)

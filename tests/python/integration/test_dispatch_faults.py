@@ -271,13 +271,13 @@ def test_dispatcher_is_a_subreaper_and_reaps_escaped_grandchildren(h: Harness) -
 
 
 def test_parse_answer_never_raises_on_long_numbers() -> None:
-    from pepsi_dispatch.coordinator.workers.answers import FAILED, OK, PROTOCOL_ERROR, parse_answer
+    from pepsi_dispatch.coordinator.workers.answers import AnswerKind, parse_answer
 
-    assert parse_answer(b"9" * 5000 + b" why").kind == PROTOCOL_ERROR
-    assert parse_answer(b"0" * 5000).kind == PROTOCOL_ERROR
-    assert parse_answer(b"9" * 4300 + b" why").kind == FAILED
-    assert parse_answer(b"-000 fused=b").kind == OK
-    assert parse_answer(b"+007 x").kind == FAILED
+    assert parse_answer(b"9" * 5000 + b" why").kind is AnswerKind.PROTOCOL_ERROR
+    assert parse_answer(b"0" * 5000).kind is AnswerKind.PROTOCOL_ERROR
+    assert parse_answer(b"9" * 4300 + b" why").kind is AnswerKind.FAILED
+    assert parse_answer(b"-000 fused=b").kind is AnswerKind.OK
+    assert parse_answer(b"+007 x").kind is AnswerKind.FAILED
 
 
 @pytest.mark.parametrize(

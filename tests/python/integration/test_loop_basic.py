@@ -24,7 +24,7 @@ import pytest
 
 from pepsi_dispatch.coordinator.database.link import LinkState
 from pepsi_dispatch.coordinator.stats import Stats
-from pepsi_dispatch.coordinator.workers.answers import FAILED, OK, PROTOCOL_ERROR, parse_answer
+from pepsi_dispatch.coordinator.workers.answers import AnswerKind, parse_answer
 
 ROOT = Path(__file__).resolve().parents[3]
 DISPATCH = ROOT / ".venv" / "bin" / "pepsi-dispatch"
@@ -37,19 +37,19 @@ WORKER = Path(__file__).resolve().parents[1] / "basic_workers" / "basic_worker.p
 @pytest.mark.parametrize(
     ("line", "kind", "fused"),
     [
-        (b"0", OK, ()),
-        (b"0\r", OK, ()),
-        (b"0 fused=b,c", OK, ("b", "c")),
-        (b"0 fused=b", OK, ("b",)),
-        (b"3 disk full", FAILED, ()),
-        (b"-1", FAILED, ()),
-        (b"", PROTOCOL_ERROR, ()),
-        (b"ok", PROTOCOL_ERROR, ()),
-        (b"0 done", PROTOCOL_ERROR, ()),
-        (b"0 fused=", PROTOCOL_ERROR, ()),
-        (b"0 fused=b c", PROTOCOL_ERROR, ()),
-        (b"0 fused=b,,c", PROTOCOL_ERROR, ()),
-        (b"\xff\xfe", PROTOCOL_ERROR, ()),
+        (b"0", AnswerKind.OK, ()),
+        (b"0\r", AnswerKind.OK, ()),
+        (b"0 fused=b,c", AnswerKind.OK, ("b", "c")),
+        (b"0 fused=b", AnswerKind.OK, ("b",)),
+        (b"3 disk full", AnswerKind.FAILED, ()),
+        (b"-1", AnswerKind.FAILED, ()),
+        (b"", AnswerKind.PROTOCOL_ERROR, ()),
+        (b"ok", AnswerKind.PROTOCOL_ERROR, ()),
+        (b"0 done", AnswerKind.PROTOCOL_ERROR, ()),
+        (b"0 fused=", AnswerKind.PROTOCOL_ERROR, ()),
+        (b"0 fused=b c", AnswerKind.PROTOCOL_ERROR, ()),
+        (b"0 fused=b,,c", AnswerKind.PROTOCOL_ERROR, ()),
+        (b"\xff\xfe", AnswerKind.PROTOCOL_ERROR, ()),
     ],
 )
 def test_parse_answer(line: bytes, kind: str, fused: tuple[str, ...]) -> None:
@@ -113,7 +113,7 @@ def test_overlong_answer_across_reads_is_one_answer() -> None:
         got += w.read_answers() or []
         assert len(got) == 2
         assert got[0].startswith(b"3 xxx") and len(got[0]) == 8192
-        assert parse_answer(got[0]).kind == FAILED
+        assert parse_answer(got[0]).kind is AnswerKind.FAILED
         assert got[1] == b"0"
         os.close(wfd)
         wfd = -1

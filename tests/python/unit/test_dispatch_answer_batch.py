@@ -1,4 +1,4 @@
-"""The batched hot path of answer processing (Supervisor._all_ok) does
+"""The batched hot path of answer intake (AnswerIntake._all_ok) does
 exactly what the line-by-line loop does: same ledger, same statistics. No
 database, no processes: the loop is driven on stand-ins, once with DEBUG on
 (which keeps the line-by-line path) and once without (the batched one)."""
@@ -14,7 +14,7 @@ import pytest
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
-from pepsi_dispatch.coordinator.workers.supervisor import Supervisor
+from pepsi_dispatch.coordinator.workers.intake import AnswerIntake
 
 
 def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
@@ -25,21 +25,17 @@ def _run(debug: bool, ids: list[int], lines: list[bytes], other: object):
     )  # fmt: skip
     ledger.hand(ids, w)
     ledger.hand([ids[-1]], other)  # the last id was claimed again by another worker
-    sup = SimpleNamespace(
-        ledger=ledger,
-        stats=Stats(),
-        failwatch=FailureWatch(1.0, 0.0),
-        pool_of=lambda w: None,
-        _answered=lambda w, pool, now: None,
-    )
-    sup._all_ok = Supervisor._all_ok.__get__(sup)
-    logger = logging.getLogger("pepsi_dispatch.coordinator.workers.supervisor")
+    owner = SimpleNamespace(pool_of=lambda w: None, on_answers=lambda: None)
+    intake = AnswerIntake(ledger, Stats(), FailureWatch(1.0, 0.0), owner)  # type: ignore[arg-type]
+    intake._answered = lambda w, pool, now: None  # type: ignore[method-assign]
+    logger = logging.getLogger("pepsi_dispatch.coordinator.workers.intake")
     old = logger.level
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     try:
-        Supervisor._answers(sup, w, lines, 12.5)  # type: ignore[arg-type]
+        intake.take(w, lines, 12.5)  # type: ignore[arg-type]
     finally:
         logger.setLevel(old)
+    sup = intake
     c = sup.stats.stages["a"]
     h = sup.stats.service["a"]
     return (
