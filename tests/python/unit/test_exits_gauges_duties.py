@@ -1,0 +1,116 @@
+"""Small parts of the coordinator driven directly (no database, no processes):
+what a dead worker's end does to its ids (exits.settle_exit), the heartbeat's
+gauges (gauges.collect), the duties' timing (duties.Every) and the paused-row
+flip's timer (database.flip.PausedFlip)."""
+
+from __future__ import annotations
+
+import signal
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+from pepsi_dispatch.contract import INF
+from pepsi_dispatch.coordinator import gauges
+from pepsi_dispatch.coordinator.database.calls import Requeue
+from pepsi_dispatch.coordinator.database.flip import AFTER_ANSWERS, PausedFlip
+from pepsi_dispatch.coordinator.duties import Every, earliest
+from pepsi_dispatch.coordinator.failwatch import FailureWatch
+from pepsi_dispatch.coordinator.ledger import Ledger
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.exits import ExitBooks, settle_exit
+from pepsi_dispatch.coordinator.workers.process import ExitKind
+
+
+class Pool:
+    def __init__(self) -> None:
+        self.cooldowns: list[str] = []
+        self.name = "a"
+
+    def start_cooldown(self, now: float, why: str) -> None:
+        self.cooldowns.append(why)
+
+
+def dead(**fields: Any) -> SimpleNamespace:
+    base = dict(stage="a", pid=9, head_since=10.0, stopping=False, killed=False,
+                answers_received=3, stop_reason=None)  # fmt: skip
+    base.update(fields)
+    return SimpleNamespace(**base)
+
+
+def books() -> ExitBooks:
+    return ExitBooks(Ledger(), FailureWatch(60.0, 0.0), Stats())
+
+
+def test_a_crash_fails_the_head_and_releases_the_rest() -> None:
+    b, pool = books(), Pool()
+    settle_exit(b, dead(), pool, ExitKind.CRASH, -signal.SIGKILL, [4, 5, 6], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert [(f[0], f[1]) for f in b.ledger.failures] == [(4, "failed")]
+    assert "SIGKILL" in b.ledger.failures[0][2]
+    assert b.ledger.releases == [5, 6]
+    assert b.stats.stages["a"].crashes == 1
+    assert pool.cooldowns == []  # it had answered before: no cooldown
+
+
+def test_exit_75_releases_everything_fails_nothing_and_cools_the_stage() -> None:
+    b, pool = books(), Pool()
+    settle_exit(b, dead(), pool, ExitKind.TEMPFAIL, 75, [4, 5], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert b.ledger.failures == [] and b.ledger.releases == [4, 5]
+    assert len(pool.cooldowns) == 1 and "could not reach the database" in pool.cooldowns[0]
+
+
+def test_a_worker_dying_before_any_answer_cools_its_stage_down() -> None:
+    b, pool = books(), Pool()
+    w = dead(answers_received=0)
+    settle_exit(b, w, pool, ExitKind.EXITED, 1, [], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert pool.cooldowns and "died before answering" in pool.cooldowns[0]
+
+
+def test_gauges_count_workers_by_state_and_ids_in_flight() -> None:
+    def w(inflight: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(inflight=deque(inflight), stopping=False, retiring=False)
+
+    def paused(flag: bool) -> SimpleNamespace:
+        return SimpleNamespace(paused=flag)
+
+    pools = {
+        "a": SimpleNamespace(
+            name="a", workers=[w([1, 2]), w([])], config=SimpleNamespace(paused=False)
+        ),
+        "b": SimpleNamespace(name="b", workers=[], config=SimpleNamespace(paused=True)),
+    }
+    gone = SimpleNamespace(name="old", workers=[w([3])], config=None)
+    gone.workers[0].stopping = True
+    out = gauges.collect(pools, [gone], 3, 17, Stats(), 30.0)  # type: ignore[arg-type]
+    assert out["workers"]["a"] == {"busy": 1, "idle": 1, "retiring": 0, "stopping": 0}
+    assert out["workers"]["old"]["stopping"] == 1
+    assert out["inflight"] == {"a": 2, "b": 0, "old": 1}
+    assert out["paused_stages"] == ["b"] and out["round_trips"] == 17
+    assert out["heartbeat_interval"] == 30.0 and out["inflight_ids"] == 3
+
+
+def test_every_is_due_once_per_interval_and_never_while_inactive() -> None:
+    ran: list[float] = []
+    active = [True]
+    duty = Every("tick", 5.0, ran.append, lambda: active[0])
+    duty.start(100.0)
+    assert duty.next_due(100.0) == 105.0
+    duty.run(105.0)
+    assert ran == [105.0] and duty.next_due(105.0) == 110.0
+    active[0] = False
+    assert duty.next_due(110.0) == INF
+    assert earliest([duty, Every("other", 1.0, ran.append)], 0.0) == 0.0
+    assert earliest([], 0.0) == INF
+
+
+def test_the_flip_is_due_at_the_rows_due_time_and_soon_after_answers() -> None:
+    flip = PausedFlip(Ledger(), Stats())
+    flip.done(Requeue(0, 0, 0, 30.0), 100.0)  # next paused row due in 30 s
+    assert flip.deadline() == 130.005 and not flip.is_due(129.0)
+    flip.dirty = True  # answers came in: a stage may have paused a row
+    assert flip.deadline() == 100.0 + AFTER_ANSWERS
+    assert flip.is_due(100.0 + AFTER_ANSWERS)
+    flip.failed(101.0)  # requeue_due itself failed: not again for a while
+    assert not flip.is_due(105.0)
+    flip.done(Requeue(0, 0, 0, None), 200.0)  # no paused row left
+    assert flip.deadline() == INF
