@@ -679,7 +679,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
             d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
             d._reconnect(time.monotonic())
             assert d.link.connected
-            d._db_iteration(time.monotonic())
+            d._database_work(time.monotonic())
 
             def status(i: int) -> str:
                 return conn.execute(
