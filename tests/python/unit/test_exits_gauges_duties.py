@@ -31,9 +31,14 @@ class Pool:
         self.cooldowns.append(why)
 
 
+def slot(in_hand: int | None = None) -> SimpleNamespace:
+    """A stand-in in-hand slot naming ``in_hand`` (None: the worker never wrote it)."""
+    return SimpleNamespace(in_hand=lambda: in_hand)
+
+
 def dead(**fields: Any) -> SimpleNamespace:
     base = dict(stage="a", pid=9, head_since=10.0, stopping=False, killed=False,
-                answers_received=3, stop_reason=None)  # fmt: skip
+                answers_received=3, stop_reason=None, slot=slot())  # fmt: skip
     base.update(fields)
     return SimpleNamespace(**base)
 
@@ -50,6 +55,21 @@ def test_a_crash_fails_the_head_and_releases_the_rest() -> None:
     assert b.ledger.releases == [5, 6]
     assert b.stats.stages["a"].crashes == 1
     assert pool.cooldowns == []  # it had answered before: no cooldown
+
+
+def test_a_crash_with_a_message_in_hand_fails_that_one_only() -> None:
+    b = books()
+    w = dead(slot=slot(5))
+    settle_exit(b, w, Pool(), ExitKind.CRASH, -signal.SIGKILL, [4, 5, 6], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert [f[0] for f in b.ledger.failures] == [5]
+    assert sorted(b.ledger.releases) == [4, 6]
+
+
+def test_an_in_hand_id_the_worker_no_longer_holds_blames_the_head() -> None:
+    b = books()
+    w = dead(slot=slot(99))
+    settle_exit(b, w, Pool(), ExitKind.CRASH, 1, [4, 5], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert [f[0] for f in b.ledger.failures] == [4]
 
 
 def test_exit_75_releases_everything_fails_nothing_and_cools_the_stage() -> None:
