@@ -123,7 +123,7 @@ class AnswerIntake:
             pool.success()
             pool.answered(w, now)
             if pool.wants_spare(w, now):
-                self._spawn_spare(pool, w, now)
+                self.owner.spawn_spare(pool, w, now)
         self.owner.on_answers()
         self.ledger.want_claim()
         if not w.inflight and not w.killed:

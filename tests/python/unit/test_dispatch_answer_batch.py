@@ -60,3 +60,32 @@ def test_batched_zero_answers_match_one_by_one(n_answers: int) -> None:
     other = object()
     lines = [b"0"] * n_answers
     assert _run(False, ids, lines, other) == _run(True, ids, lines, other)
+
+
+def test_after_a_batch_a_worker_near_max_messages_gets_its_spare_and_is_recycled() -> None:
+    """After the answers: the pool may want a warm spare for this worker, and a
+    drained worker at MAX_MESSAGES is stopped (recycled)."""
+    calls: list[str] = []
+    pool = SimpleNamespace(
+        max_messages=2,
+        recycled=set(),
+        success=lambda: None,
+        answered=lambda w, now: None,
+        wants_spare=lambda w, now: True,
+    )
+    owner = SimpleNamespace(
+        pool_of=lambda w: pool,
+        on_answers=lambda: calls.append("answers"),
+        spawn_spare=lambda pool, old, now: calls.append(f"spare for {old.pid}"),
+        stop=lambda w, now, why: calls.append(f"stop {w.pid}: {why}"),
+    )
+    ledger = Ledger()
+    w = SimpleNamespace(
+        killed=False, reading=False, inflight=deque([1, 2]), stage="a", pid=3, head_since=0.0,
+        answers_received=0, sent=2, stopping=False, retiring=False, idle_since=0.0,
+    )  # fmt: skip
+    ledger.hand([1, 2], w)
+    intake = AnswerIntake(ledger, Stats(), FailureWatch(1.0, 0.0), owner)  # type: ignore[arg-type]
+    intake.take(w, [b"0", b"0"], 5.0)  # type: ignore[arg-type]
+    assert calls == ["spare for 3", "answers", "stop 3: MAX_MESSAGES (2) reached"]
+    assert pool.recycled == {3} and w.idle_since == 5.0
