@@ -349,8 +349,7 @@ def _drop_pause_only_sections(merged: Ini, config: Config) -> None:
             name = merged.names.get(sec, sec)
             _log.warning(
                 "database overlay: [%s] has only PAUSED and no PROGRAM: no such stage, ignored"
-                " (DELETE FROM pepsi.config WHERE section = '%s' removes it)",
-                name,
+                " (remove its row from pepsi.config, or resume it from the dashboard)",
                 name,
             )
             del merged.sections[sec]
