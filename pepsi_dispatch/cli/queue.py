@@ -42,7 +42,7 @@ import psycopg
 
 from pepsi_dispatch import __version__
 from pepsi_dispatch.cli.shell import config_option, run_click
-from pepsi_dispatch.cli.watch import _age, _json_default, watch_status
+from pepsi_dispatch.cli.watch import NO_LIVE_DISPATCHER, _age, _json_default, watch_status
 from pepsi_dispatch.schema.migrate import migrate_command
 
 __all__ = ["PROG", "cli", "main"]
@@ -242,6 +242,7 @@ def status(obj: _Ctx, as_json: bool, watch: bool, interval: float, count: int | 
         return
     if not table:
         click.echo("the queue is empty")
+        _say_dispatchers(obj)
         return
     width = max(5, *(len(s) for s in table))
     click.echo(f"{'stage':<{width}}" + "".join(f" {s:>8}" for s in STATUSES) + f" {'total':>8}")
@@ -260,6 +261,20 @@ def status(obj: _Ctx, as_json: bool, watch: bool, interval: float, count: int | 
         + "".join(f" {totals[s]:>8}" for s in STATUSES)
         + f" {sum(totals.values()):>8}"
     )
+    _say_dispatchers(obj)
+
+
+def _say_dispatchers(obj: _Ctx) -> None:
+    """One line: how many dispatchers are live (by session), or plainly that none is."""
+    try:
+        rows = obj.conn().execute("SELECT live FROM pepsi.queue_dispatchers()").fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        return  # a role that may not see the dispatchers: the counts alone
+    live = sum(1 for (is_live,) in rows if is_live)
+    if live:
+        click.echo(f"dispatchers: {live} live of {len(rows)} registered")
+    else:
+        click.echo(NO_LIVE_DISPATCHER)
 
 
 @cli.command(help="Failed, timed-out and expired messages with their errors, newest first.")

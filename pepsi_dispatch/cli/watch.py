@@ -84,6 +84,13 @@ def watch_status(obj: Any, interval: float, count: int | None, as_json: bool) ->
         return  # Ctrl-C ends the watch: exit 0
 
 
+#: Said plainly (by ``status`` too) when no dispatcher's session is connected.
+NO_LIVE_DISPATCHER = (
+    "NO LIVE DISPATCHER: nothing is being dispatched; pending messages wait until"
+    " pepsi-dispatch serve runs"
+)
+
+
 def _live(d: dict[str, Any]) -> bool:
     """A dispatcher is live as queue_dispatchers says; a schema before 0014 has
     no ``live`` column: the rule's 5-minute fallback then."""
@@ -121,11 +128,12 @@ def _watch_lines(stages: list[dict[str, Any]], dispatchers: list[dict[str, Any]]
         )
     if not stages:
         lines.append("(no stages: the queue is empty and no dispatcher registered any)")
-    # Live by the database's rule (queue_dispatchers v2, migration 0014): the
-    # heartbeat no older than 3 x the heartbeat interval the dispatcher reports
-    # (its POLL_INTERVAL, shorter when competing), else 5 minutes; at least 10 s.
+    # Live by the database's rule (queue_dispatchers v3, migration 0020): the
+    # dispatcher's session is connected, whatever the age of its heartbeat.
     live = [d for d in dispatchers if _live(d)]
     lines.append("")
+    if not live:
+        lines.append(NO_LIVE_DISPATCHER)
     lines.append(
         f"dispatchers: {len(live)} live of {len(dispatchers)} registered"
         + "".join(

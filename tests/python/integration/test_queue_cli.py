@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -81,6 +82,24 @@ def test_status_table_and_json(q, conn):
 
 
 STATUS_HEADER = ["pending", "running", "paused", "done", "failed", "timeout", "expired"]
+
+
+def test_status_says_plainly_when_no_dispatcher_is_live(q, conn, dsn):
+    """Liveness by session, as /healthz: a dispatcher killed with SIGKILL leaves a fresh
+    heartbeat behind and counted as live for minutes; status now says none is."""
+    q("enqueue", "a", "{}")
+    with psycopg.connect(dsn, autocommit=True) as gone:  # registers, then its session ends
+        gone.execute("SELECT pepsi.register_dispatcher('killed', 1, false)")
+    deadline = time.monotonic() + 30
+    while True:  # the closed session's backend exits on its own time
+        rc, out, _ = q("status")
+        if "NO LIVE DISPATCHER" in out or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert rc == 0 and out.splitlines()[-1].startswith("NO LIVE DISPATCHER: nothing is being"), out
+    conn.execute("SELECT pepsi.register_dispatcher('here', 2, false)")  # this session stays
+    rc, out, _ = q("status")
+    assert out.splitlines()[-1] == "dispatchers: 1 live of 2 registered", out
 
 
 def test_failed_lists_errors(q, conn):
