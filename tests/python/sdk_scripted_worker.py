@@ -12,7 +12,7 @@ msg.state["log"]), "unjson": true (a set in msg.state), "nul": true (a string wi
 msg.state: its set_state fails in the database), "insert": text (row in public.sdk_log
 through msg.db, in the message's transaction).
 Usage: sdk_scripted_worker.py [--group-commit | --default-commit] [--stages a,b,c]
-  [-c CONFIG] worker
+  [--log PATH] [-c CONFIG] worker
 """
 
 from __future__ import annotations
@@ -24,8 +24,24 @@ import time
 
 from pepsi_dispatch.worker import Advance, Fail, Finish, Message, Pause, run
 
+#: --log PATH: a START and an END line per handler run (tests/python/dispatch_harness.py)
+LOG: int | None = None
+
+
+def note(what: str, msg: Message) -> None:
+    if LOG is not None:
+        os.write(LOG, f"{what} {msg.id} {os.getpid()} {msg.stage} {time.monotonic_ns()}\n".encode())
+
 
 def handle(msg: Message):
+    note("START", msg)
+    try:
+        return step_of(msg)
+    finally:
+        note("END", msg)
+
+
+def step_of(msg: Message):
     step = msg.payload.get("plan", {}).get(msg.stage, {"op": "finish"})
     if "print" in step:
         print(step["print"])
@@ -75,6 +91,10 @@ if __name__ == "__main__":
     group = True if "--group-commit" in args else None if "--default-commit" in args else False
     args = [a for a in args if a not in ("--group-commit", "--default-commit")]
     stages = "a,b,c,d"
+    if "--log" in args:
+        i = args.index("--log")
+        LOG = os.open(args[i + 1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        del args[i : i + 2]
     if "--stages" in args:
         i = args.index("--stages")
         stages = args[i + 1]

@@ -37,6 +37,8 @@ class IntakeOwner(Protocol):
 
     def spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None: ...
 
+    def start_template(self, pool: StagePool, w: WorkerProcess) -> None: ...
+
     def on_answers(self) -> None: ...
 
 
@@ -122,6 +124,8 @@ class AnswerIntake:
         if pool is not None and not w.killed:
             pool.success()
             pool.answered(w, now)
+            if not pool.template_tried and w.slot.can_template:
+                self.owner.start_template(pool, w)
             if pool.wants_spare(w, now):
                 self.owner.spawn_spare(pool, w, now)
         self.owner.on_answers()

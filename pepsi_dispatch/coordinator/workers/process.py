@@ -187,6 +187,8 @@ class WorkerProcess:
         self.slot = InHandSlot()
         self.proc: Child = _start(worker_argv(program, config_file), env, self.slot, fork)
         self.pid: int = self.proc.pid
+        #: forked by the stage's template (templates.py), not exec'd
+        self.forked = fork is not None
         self.stage = stage
         self.generation = generation
         #: called with its pid once its group is killed, before the reap (sentinel.py).

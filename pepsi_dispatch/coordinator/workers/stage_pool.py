@@ -22,7 +22,9 @@ from collections.abc import Callable, Mapping
 
 from pepsi_dispatch.backoff import Backoff
 from pepsi_dispatch.config import StageConfig
+from pepsi_dispatch.coordinator.workers.children import Fork
 from pepsi_dispatch.coordinator.workers.process import WorkerProcess
+from pepsi_dispatch.coordinator.workers.templates import TemplateProcess
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,10 @@ class StagePool:
         #: spawn time per worker pid until its first answer; start-up estimate (s).
         self.spawned_at: dict[int, float] = {}
         self.startup = STARTUP_GUESS
+        #: the stage's template process (templates.py), once its workers said
+        #: they can have one; tried at most once per pool (a reload makes a new pool).
+        self.template: TemplateProcess | None = None
+        self.template_tried = False
 
     # -- numbers --------------------------------------------------------------
     @property
@@ -202,6 +208,43 @@ class StagePool:
         self.recycled.discard(w.pid)
         self.heirs.discard(w.pid)
         self.spawned_at.pop(w.pid, None)
+
+    # -- template ----------------------------------------------------------------
+    def start_template(self, argv: list[str], env: Mapping[str, str]) -> None:
+        """Start the stage's template (once per pool); new workers are forked by
+        it once it is ready, exec'd until then."""
+        self.template_tried = True
+        try:
+            self.template = TemplateProcess(argv, env)
+        except OSError as exc:
+            log.warning("stage %s: cannot start a template process: %s", self.name, exc)
+            return
+        log.info("stage %s: template process pid %d started", self.name, self.template.pid)
+
+    def template_fork(self) -> Fork | None:
+        """How to fork a worker through the template, if it is ready."""
+        if self.template is not None and self.template.ready():
+            return self.template.fork
+        if self.template is not None and self.template.sock.fileno() < 0:
+            self.template_failed("it did not say ready")
+        return None
+
+    def template_failed(self, why: object) -> None:
+        """The template could not fork a worker: end it, exec workers from now on."""
+        if self.template is not None:
+            log.warning(
+                "stage %s: template process pid %d failed (%s); starting workers by exec",
+                self.name,
+                self.template.pid,
+                why,
+            )
+        self.close_template()
+
+    def close_template(self) -> None:
+        """End the template, if any (a reload, the dispatcher stopping)."""
+        template, self.template = self.template, None
+        if template is not None:
+            template.close()
 
     # -- cooldown ----------------------------------------------------------------
     def start_cooldown(self, now: float, why: str) -> None:

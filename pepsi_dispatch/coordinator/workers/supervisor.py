@@ -25,6 +25,7 @@ from pepsi_dispatch.coordinator.checks import program_problem
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger, ids_text
 from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.children import is_subreaper, worker_argv
 from pepsi_dispatch.coordinator.workers.exits import ExitBooks, settle_exit
 from pepsi_dispatch.coordinator.workers.intake import AnswerIntake
 from pepsi_dispatch.coordinator.workers.process import WorkerProcess, classify_exit, reap_orphans
@@ -74,6 +75,8 @@ class Supervisor:
         self.watchdogs = Watchdogs(self)
         #: kills the workers' groups if the dispatcher dies (started by the loop).
         self.sentinel = GroupSentinel()
+        #: are we a child subreaper (templates need it)? None: not looked yet.
+        self._subreaper: bool | None = None
 
     # == pools ===================================================================
     def all(self) -> list[WorkerProcess]:
@@ -101,6 +104,7 @@ class Supervisor:
         old = self.pools
         self.pools = {name: StagePool(sc, self.generation) for name, sc in config.stages.items()}
         for name, pool in old.items():
+            pool.close_template()  # its workers are of the old configuration
             if name in self.pools:
                 self.pools[name].workers.extend(pool.workers)
                 self.pools[name].cooldown_until = pool.cooldown_until
@@ -205,10 +209,8 @@ class Supervisor:
             log.info("[%s %d] %s", w.stage, w.pid, line)
 
     # == spawning and placing ====================================================
-    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> WorkerProcess | None:
-        """A new worker for ``pool`` (None: it cannot start; the stage cools down).
-        A ``spare`` is started warm for a worker nearing MAX_MESSAGES."""
-        env = worker_env(
+    def _env(self, pool: StagePool) -> dict[str, str]:
+        return worker_env(
             os.environ,
             pool.name,
             self.config.dsn,
@@ -216,8 +218,37 @@ class Supervisor:
             self.config.path,
             pool.config.worker_dsn or self.dispatch_config.worker_dsn,
         )
+
+    def _forked(self, pool: StagePool, env: dict[str, str]) -> WorkerProcess | None:
+        """A worker forked by the stage's template, or None (no template ready,
+        or it failed: then it is ended and the caller execs)."""
+        fork = pool.template_fork()
+        if fork is None:
+            return None
+        program, config_file = pool.config.program, self.dispatch_config.config_file
         try:
-            w = WorkerProcess(
+            return WorkerProcess(pool.name, program, config_file, env, pool.generation, fork)
+        except OSError as exc:
+            pool.template_failed(exc)
+            return None
+
+    def start_template(self, pool: StagePool, w: WorkerProcess) -> None:
+        """``w`` says its program can be a template: start one for its stage
+        (needs us to be a child subreaper, so forked workers become ours)."""
+        if self._subreaper is None:
+            self._subreaper = is_subreaper()
+        pool.template_tried = True
+        if self._subreaper and not self.shutting_down:
+            argv = worker_argv(pool.config.program, self.dispatch_config.config_file)
+            pool.start_template(argv, self._env(pool))
+
+    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> WorkerProcess | None:
+        """A new worker for ``pool`` (None: it cannot start; the stage cools down).
+        A ``spare`` is started warm for a worker nearing MAX_MESSAGES. A stage
+        with a template forks it there, else execs PROGRAM."""
+        env = self._env(pool)
+        try:
+            w = self._forked(pool, env) or WorkerProcess(
                 pool.name,
                 pool.config.program,
                 self.dispatch_config.config_file,
@@ -247,9 +278,10 @@ class Supervisor:
             w.stderr_fd, selectors.EVENT_READ, self.on_ready(w, "stderr", self._on_stderr)
         )
         log.info(
-            "stage %s: worker pid %d started (%d/%d)%s",
+            "stage %s: worker pid %d %s (%d/%d)%s",
             pool.name,
             w.pid,
+            "forked by the stage's template" if w.forked else "started",
             pool.holders(),
             pool.parallelism,
             " as a warm spare (MAX_MESSAGES recycle)" if spare else "",
@@ -331,8 +363,10 @@ class Supervisor:
         return n
 
     def terminate_all(self) -> int:
-        """The dispatcher is stopping: SIGTERM to every worker."""
+        """The dispatcher is stopping: SIGTERM to every worker; templates end."""
         self.shutting_down = True
+        for pool in self.pools.values():
+            pool.close_template()
         workers = self.all()
         for w in workers:
             w.terminate()
@@ -372,6 +406,8 @@ class Supervisor:
 
     def abandon_all(self) -> None:
         """The lock is lost: kill and reap every worker; nothing is settled."""
+        for pool in self.pools.values():
+            pool.close_template()
         for w in self.all():
             w.wait_dead()
             w.close_fds()

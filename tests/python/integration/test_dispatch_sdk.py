@@ -6,7 +6,15 @@ and the SDK's workers across a kill -9 of their dispatcher.
 from __future__ import annotations
 
 import pytest
-from dispatch_harness import PYTHON, ROOT, Harness, harness_fixture, pid_alive, wait_until  # noqa: F401
+from dispatch_harness import (  # noqa: F401
+    PYTHON,
+    ROOT,
+    Harness,
+    harness_fixture,
+    pid_alive,
+    read_worker_log,
+    wait_until,
+)
 
 SDK_WORKER = "tests/python/sdk_scripted_worker.py"
 
@@ -111,3 +119,51 @@ def test_sigkilled_group_blames_exactly_the_message_in_hand(h: Harness, flag: st
     # one group: the first two were rolled back with the crash and handed out
     # again (8 + 7 ids); one commit per message would have answered them (8 + 5)
     assert h.dispatch_stats()["messages"] == 15
+
+
+def _most_at_once(runs: list) -> int:
+    """The most handler runs (START..END) open at one moment, over all workers."""
+    events = sorted([(r.start, 1) for r in runs] + [(r.end, -1) for r in runs])
+    most = now = 0
+    for _, delta in events:
+        now += delta
+        most = max(most, now)
+    return most
+
+
+def test_template_forks_recycled_workers_within_the_bounds(h: Harness) -> None:
+    """An SDK stage gets a template process once its first worker said it can:
+    the replacements at MAX_MESSAGES are forked by it, not exec'd. Every message
+    runs once, in one worker, never more than PARALLELISM at once, at most
+    MAX_MESSAGES per worker; a SIGKILLed dispatcher takes the forked workers and
+    the template with it."""
+    log = h.tmp / "sdk.log"
+    program = f"{PYTHON} {ROOT / SDK_WORKER} --default-commit --log {log}"
+    p, limit, n = 2, 10, 200
+    stages = {"a": {"PROGRAM": program, "PARALLELISM": p, "QUEUE_LIMIT": 4, "MAX_MESSAGES": limit}}
+    conf = h.conf(stages, CONFIG_FILE=str(h.tmp / "pepsi.conf"), WORKER_IDLE_TIMEOUT="60 s")
+    d = h.start(conf)
+    ids = h.enqueue("a", [{"plan": {"a": {"op": "finish", "sleep": 0.002}}}] * n)
+    assert h.wait_all(timeout=90) == {"done": n}
+    text = d.log()
+    assert "template process pid" in text, text
+    forked = [int(x.split()[0]) for x in text.split("worker pid ")[1:] if "forked by" in x[:40]]
+    assert len(forked) >= n // limit - 4, text
+    runs = read_worker_log(log).runs
+    assert sorted(r.wq_id for r in runs) == sorted(ids)  # each id ran once
+    per_pid: dict[int, int] = {}
+    for r in runs:
+        per_pid[r.pid] = per_pid.get(r.pid, 0) + 1
+    assert max(per_pid.values()) <= limit, per_pid
+    assert set(forked) & set(per_pid), "forked workers ran messages"
+    assert _most_at_once(runs) <= p
+    # the workers and the template are the dispatcher's children; kill -9 it
+    alive = [pid for pids in d.workers().values() for pid in pids]
+    assert set(alive) & set(forked), (alive, forked)
+    assert len(alive) >= 2  # the template and at least one idle forked worker
+    d.kill9()
+    wait_until(
+        lambda: not [pid for pid in alive if pid_alive(pid)],
+        5,
+        message="forked workers and the template die with their dispatcher",
+    )
