@@ -72,20 +72,29 @@ def test_after_a_batch_a_worker_near_max_messages_gets_its_spare_and_is_recycled
         success=lambda: None,
         answered=lambda w, now: None,
         wants_spare=lambda w, now: True,
+        template_tried=False,
     )
     owner = SimpleNamespace(
         pool_of=lambda w: pool,
         on_answers=lambda: calls.append("answers"),
         spawn_spare=lambda pool, old, now: calls.append(f"spare for {old.pid}"),
+        start_template=lambda pool, w: calls.append(f"template after {w.pid}"),
         stop=lambda w, now, why: calls.append(f"stop {w.pid}: {why}"),
     )
     ledger = Ledger()
     w = SimpleNamespace(
         killed=False, reading=False, inflight=deque([1, 2]), stage="a", pid=3, head_since=0.0,
         answers_received=0, sent=2, stopping=False, retiring=False, idle_since=0.0,
+        slot=SimpleNamespace(can_template=True),
     )  # fmt: skip
     ledger.hand([1, 2], w)
     intake = AnswerIntake(ledger, Stats(), FailureWatch(1.0, 0.0), owner)  # type: ignore[arg-type]
     intake.take(w, [b"0", b"0"], 5.0)  # type: ignore[arg-type]
-    assert calls == ["spare for 3", "answers", "stop 3: MAX_MESSAGES (2) reached"]
+    # its slot says the program can be a template: the stage's template is started
+    assert calls == [
+        "template after 3",
+        "spare for 3",
+        "answers",
+        "stop 3: MAX_MESSAGES (2) reached",
+    ]
     assert pool.recycled == {3} and w.idle_since == 5.0
