@@ -103,7 +103,7 @@ bench: install system-deps
 # Man pages: generated from the click commands and docs/CONFIG.md; committed, so
 # that the wheel can install them (a test checks they are current).
 man: install
-	$(PY) -m pepsi_dispatch.cli.manpages man docs/CONFIG.md
+	$(PY) -m pepsi_dispatch.devtools.manpages man docs/CONFIG.md
 
 clean: stop-db
 	rm -rf .pepsi $(VENV) *.egg-info

@@ -1,6 +1,6 @@
 """The ``pepsi-dispatch`` command line.
 
-``pepsi-dispatch [-c FILE] [-L LEVEL] [-l LOGFILE] [-v|--version] [-h] serve [--check]``
+``pepsi-dispatch [-c FILE] [-L LEVEL] [-l LOGFILE] [-v|-V|--version] [-h] serve [--check]``
 
 Exit codes: 0 clean shutdown (and -h/-v); 2 usage or configuration errors
 (:class:`pepsi_dispatch.errors.UsageError`, click usage errors), reported as one
@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pepsi_dispatch import __version__
 from pepsi_dispatch.cli.logsetup import logs_to_file, parse_level, setup_logging
-from pepsi_dispatch.cli.shell import config_option, run_click
+from pepsi_dispatch.cli.shell import config_option, run_click, version_option
 from pepsi_dispatch.coordinator import earlysignals
 
 if TYPE_CHECKING:
@@ -56,9 +55,7 @@ class _Options:
     help="Log level: DEBUG, INFO, WARNING or ERROR.",
 )
 @click.option("-l", "--logfile", metavar="LOGFILE", help="Append the log here instead of stderr.")
-@click.version_option(
-    __version__, "-v", "--version", prog_name=PROG, message="%(prog)s %(version)s"
-)
+@version_option(PROG)
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, level: str, logfile: str | None) -> None:
     """Global options; the work is done by the ``serve`` subcommand."""

@@ -8,9 +8,13 @@
   registered stage table nor the configuration file knows is refused (``--force``).
 * ``status [--json] [--watch [--interval S] [--count N]]`` — message counts by stage
   and status; ``--watch``: rates, oldest pending wait, live workers, refreshed in place.
-* ``show ID [--json]`` — one message: row, state, errors, retries, ages.
-* ``failed [--stage S] [--limit N] [--json | --by-reason]`` — failed/timeout/expired
-  rows with their errors, or those grouped by reason.
+* ``list [--status S] [--stage X] [--older-than D] [--where JSON] [--limit N]
+  [--before ID] [--json]`` — any message, newest first, paged on indexes.
+* ``show ID [--json]`` — one message: row, state, errors, retries against
+  MAX_RETRIES, ages, and its history (failures, pauses, releases, tracebacks).
+* ``failed [--stage S] [--limit N] [--json | --by-reason | --reason R]`` —
+  failed/timeout/expired rows with their errors, or those grouped by a
+  normalised reason (numbers, ids and hex masked), or one such group's rows.
 * ``requeue (--stage S | --id N ... | --all)`` — those rows back to pending
   (``pepsi.requeue_failed``; the old error is kept in ``state.previous_error``).
 * ``cancel (--stage S | --id N ... | --all)`` — pending/paused rows to failed
@@ -18,19 +22,23 @@
 * ``purge [--status S ...] [--stage S] [--older-than TIME] [--yes] [--dry-run]`` —
   delete terminal rows; without a selection it refuses unless ``--yes``.
 
-Every command goes through ``pepsi.*`` functions, never table SQL.
+Every command goes through ``pepsi.*`` functions, never table SQL. The role
+for people is ``pepsi_operator``; an error for a missing privilege says so.
+Durations (``--in``, ``--older-than``, ``--interval``) are ``90s``, ``10m``,
+``1h30m`` or the configuration's ``5 min``. A ``--stage`` nobody knows is
+refused with the closest known name.
 
 The database is ``PEPSI_DSN``, else ``[database] DSN`` of the configuration
 (``-c FILE``, ``$PEPSI_CONFIG``, ``~/.config/pepsi.conf``, ``/etc/pepsi.conf``).
 Exit codes: 0 success, 2 usage/configuration errors (a bad payload, an unknown
-stage, purge without a selection), 1 database errors and unknown message ids;
+stage, purge without a selection), 1 database errors and unknown message ids
+(``show``, and ``cancel``/``requeue --id`` of ids they could not act on);
 errors are one ``pepsi-queue: error: ...`` line on stderr. Without a command it
 prints its help.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 from collections.abc import Sequence
@@ -40,18 +48,28 @@ from typing import Any
 import click
 import psycopg
 
-from pepsi_dispatch import __version__
-from pepsi_dispatch.cli.shell import config_option, run_click
+from pepsi_dispatch.cli.messages import (
+    DURATION,
+    STATUSES,
+    history_lines,
+    list_command,
+    read_history,
+)
+from pepsi_dispatch.cli.shell import config_option, run_click, version_option
+from pepsi_dispatch.cli.stages import check_enqueue_stage, check_stage_name
 from pepsi_dispatch.cli.watch import NO_LIVE_DISPATCHER, _age, _json_default, watch_status
 from pepsi_dispatch.schema.migrate import migrate_command
 
 __all__ = ["PROG", "cli", "main"]
 
 PROG = "pepsi-queue"
-STATUSES = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
 TERMINAL = ("done", "failed", "timeout", "expired")
 #: Message ids are bigint identity values (from 1).
 MESSAGE_ID = click.IntRange(1, 2**63 - 1)
+
+
+#: The login role of this run's connection, for the error that names the role to grant.
+_session: dict[str, str] = {}
 
 
 class _Ctx:
@@ -65,18 +83,18 @@ class _Ctx:
 
             dsn = resolve_dsn(None, self.config_path)
             self._conn = psycopg.connect(dsn, autocommit=True, application_name=PROG)
+            _session["user"] = self._conn.info.user
         return self._conn
 
 
 @click.group(
     name=PROG,
     context_settings={"help_option_names": ["-h", "--help"]},
-    help="Operate the pepsi work queue: enqueue, status, show, failed, requeue, cancel, purge.",
+    help="Operate the pepsi work queue: enqueue, status, list, show, failed, requeue, cancel,"
+    " purge, migrate.",
 )
 @config_option
-@click.version_option(
-    __version__, "-v", "--version", prog_name=PROG, message="%(prog)s %(version)s"
-)
+@version_option(PROG)
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """Global options."""
@@ -103,17 +121,12 @@ def _object(text: str, where: str) -> dict[str, Any]:
     return doc
 
 
-def _not_before(at: str | None, in_: str | None) -> datetime | None:
-    """--at TIME (ISO 8601; no zone = local time) or --in DURATION ('10min')."""
-    if at and in_:
+def _not_before(at: str | None, in_: timedelta | None) -> datetime | None:
+    """--at TIME (ISO 8601; no zone = local time) or --in DURATION (10m, '10 min')."""
+    if at and in_ is not None:
         raise click.UsageError("--at and --in cannot be combined")
     if in_ is not None:
-        from pepsi_dispatch.config import parse_time
-
-        try:
-            return datetime.now(UTC) + timedelta(seconds=parse_time(in_))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--in") from None
+        return datetime.now(UTC) + in_
     if at is not None:
         try:
             when = datetime.fromisoformat(at.strip())
@@ -140,47 +153,12 @@ def _payloads(payloads: tuple[str, ...]) -> list[Any]:
     return docs if payloads else [{}]
 
 
-def _check_stage(obj: _Ctx, stage: str) -> bool:
-    """Refuse a stage no registered stage table nor configuration knows; False
-    if there was nothing to check against."""
-    known, sources = _known_stages(obj)
-    if not sources:
-        return False
-    if stage not in known:
-        close = difflib.get_close_matches(stage, sorted(known), n=1)
-        hint = f" did you mean {close[0]!r}?" if close else ""
-        raise click.UsageError(
-            f"unknown stage {stage!r}: not in {' nor '.join(sources)}"
-            f" (known: {', '.join(sorted(known)) or 'none'});{hint}"
-            " --force enqueues anyway"
-        )
-    return True
-
-
-def _known_stages(obj: _Ctx) -> tuple[set[str], list[str]]:
-    """Stage names the registered stage table and the configuration file know,
-    and where they were looked up (for messages)."""
-    from pepsi_dispatch.config import load_config
-
-    known: set[str] = set()
-    sources: list[str] = []
-    rows = obj.conn().execute("SELECT stage FROM pepsi.registered_stages()").fetchall()
-    if rows:
-        known.update(r[0] for r in rows)
-        sources.append("the dispatcher's registered stages")
-    config = load_config(obj.config_path)
-    if config.path is not None:
-        known.update(config.stages)
-        sources.append(f"{config.path}")
-    return known, sources
-
-
 @cli.command(help="Enqueue messages at STAGE: one per JSON object argument, '-' reads JSON lines.")
 @click.argument("stage")
 @click.argument("payloads", nargs=-1, metavar="[JSON ...|-]")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the count, not the ids.")
 @click.option("--at", "at", metavar="TIME", help="Run no earlier than TIME (ISO 8601).")
-@click.option("--in", "in_", metavar="TIME", help="Run no earlier than TIME from now ('10min').")
+@click.option("--in", "in_", type=DURATION, help="Run no earlier than this from now (10m, 1h30m).")
 @click.option("--force", is_flag=True, help="Enqueue even at a stage no configuration knows.")
 @click.pass_obj
 def enqueue(
@@ -189,7 +167,7 @@ def enqueue(
     payloads: tuple[str, ...],
     quiet: bool,
     at: str | None,
-    in_: str | None,
+    in_: timedelta | None,
     force: bool,
 ) -> None:
     from pepsi_dispatch.enqueue import enqueue_many
@@ -197,7 +175,7 @@ def enqueue(
     when = _not_before(at, in_)
     docs = _payloads(payloads)
     # Unchecked: said after the insert (a bad name fails there first).
-    unchecked = not force and not _check_stage(obj, stage)
+    unchecked = not force and not check_enqueue_stage(obj, stage)
     ids = enqueue_many(obj.conn(), stage, docs, not_before=when)
     if unchecked:
         click.echo(
@@ -222,16 +200,18 @@ def enqueue(
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
-    default=2.0,
+    type=DURATION,
+    default="2s",
     show_default=True,
-    help="Seconds between refreshes of --watch.",
+    help="Time between refreshes of --watch (2s, 500ms, 1m).",
 )
 @click.option("--count", type=click.IntRange(min=1), help="Stop --watch after this many refreshes.")
 @click.pass_obj
-def status(obj: _Ctx, as_json: bool, watch: bool, interval: float, count: int | None) -> None:
+def status(obj: _Ctx, as_json: bool, watch: bool, interval: timedelta, count: int | None) -> None:
     if watch:
-        watch_status(obj, interval, count, as_json)
+        if interval.total_seconds() < 0.1:
+            raise click.BadParameter("at least 0.1 s", param_hint="--interval")
+        watch_status(obj, interval.total_seconds(), count, as_json)
         return
     rows = obj.conn().execute("SELECT stage, status, count FROM pepsi.queue_counts()").fetchall()
     table: dict[str, dict[str, int]] = {}
@@ -283,12 +263,26 @@ def _say_dispatchers(obj: _Ctx) -> None:
 @click.option("--payload", "show_payload", is_flag=True, help="Also print each payload.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one array) instead of lines.")
 @click.option(
-    "--by-reason", is_flag=True, help="Group by stage, status and reason, biggest groups first."
+    "--by-reason",
+    is_flag=True,
+    help="Group by stage, status and normalised reason (numbers, ids, hex masked).",
+)
+@click.option(
+    "--reason",
+    metavar="R",
+    help="Only the group R (a reason as --by-reason prints it), with each raw reason.",
 )
 @click.pass_obj
 def failed(
-    obj: _Ctx, stage: str | None, limit: int, show_payload: bool, as_json: bool, by_reason: bool
+    obj: _Ctx,
+    stage: str | None,
+    limit: int,
+    show_payload: bool,
+    as_json: bool,
+    by_reason: bool,
+    reason: str | None,
 ) -> None:
+    check_stage_name(obj, stage)
     if by_reason:
         _failed_by_reason(obj, stage, limit, as_json)
         return
@@ -296,8 +290,8 @@ def failed(
         obj.conn()
         .execute(
             "SELECT workqueue_id, stage, status, retries, error, updated_at, payload"
-            " FROM pepsi.failed_messages(%s, %s)",
-            (stage, limit),
+            " FROM pepsi.failed_messages(%s, %s, %s)",
+            (stage, limit, reason),
         )
         .fetchall()
     )
@@ -320,7 +314,11 @@ def failed(
         )
         return
     if not rows:
-        click.echo("no failed messages" + (f" at stage {stage}" if stage else ""))
+        click.echo(
+            "no failed messages"
+            + (f" at stage {stage}" if stage else "")
+            + (f" with reason {reason!r}" if reason else "")
+        )
         return
     for mid, st, status_, retries, error, updated, payload in rows:
         when = updated.strftime("%Y-%m-%d %H:%M:%S")
@@ -334,11 +332,12 @@ def failed(
 @click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
 @click.option("--all", "all_", is_flag=True, help="Every failed message of every stage.")
 @click.pass_obj
-def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> None:
+def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> int:
     if not (stage or ids or all_):
         raise click.UsageError("say which messages: --stage S, --id N (repeatable) or --all")
     if all_ and (stage or ids):
         raise click.UsageError("--all cannot be combined with --stage or --id")
+    check_stage_name(obj, stage)
     row = (
         obj.conn()
         .execute("SELECT pepsi.requeue_failed(%s, %s)", (stage, list(ids) if ids else None))
@@ -346,6 +345,23 @@ def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> N
     )
     n = int(row[0]) if row else 0
     click.echo(f"requeued {n} message(s)")
+    return _ids_left(obj, ids, n, "requeue", TERMINAL[1:], "failed, timeout or expired")
+
+
+def _ids_left(obj: _Ctx, ids: tuple[int, ...], done: int, verb: str, ok: tuple, what: str) -> int:
+    """After ``--id``: 1 (and one error line per id) when some id was not acted on."""
+    if not ids or done >= len(set(ids)):
+        return 0
+    bad = []
+    for mid in sorted(set(ids)):
+        row = obj.conn().execute("SELECT status FROM pepsi.message_story(%s)", (mid,)).fetchone()
+        if row is None:
+            bad.append(f"no message {mid}")
+        elif row[0] not in ok:
+            bad.append(f"message {mid} is {row[0]}, not {what}")
+    for line in bad or [f"{len(set(ids)) - done} of the ids could not be {verb}ed"]:
+        _report(f"{verb}: {line}")
+    return 1
 
 
 @cli.command(help="Put pending and paused messages to failed ('cancelled by operator').")
@@ -353,11 +369,12 @@ def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> N
 @click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
 @click.option("--all", "all_", is_flag=True, help="Every pending/paused message.")
 @click.pass_obj
-def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> None:
+def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> int:
     if not (stage or ids or all_):
         raise click.UsageError("say which messages: --stage S, --id N (repeatable) or --all")
     if all_ and (stage or ids):
         raise click.UsageError("--all cannot be combined with --stage or --id")
+    check_stage_name(obj, stage)
     row = (
         obj.conn()
         .execute("SELECT pepsi.cancel(%s, %s, %s)", (list(ids) if ids else None, stage, bool(all_)))
@@ -365,6 +382,7 @@ def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> No
     )
     n = int(row[0]) if row else 0
     click.echo(f"cancelled {n} message(s)")
+    return _ids_left(obj, ids, n, "cancel", ("pending", "paused"), "pending or paused")
 
 
 @cli.command(help="Delete terminal messages (done, failed, timeout, expired).")
@@ -376,7 +394,9 @@ def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> No
     help="Only rows in this status (repeatable; default: all four).",
 )
 @click.option("--stage", help="Only this stage.")
-@click.option("--older-than", metavar="TIME", help="Only rows last changed before, e.g. '7 d'.")
+@click.option(
+    "--older-than", type=DURATION, help="Only rows last changed before, e.g. 7d, 12h, '7 d'."
+)
 @click.option("--yes", is_flag=True, help="Without --status/--stage/--older-than: delete them all.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.pass_obj
@@ -384,19 +404,12 @@ def purge(
     obj: _Ctx,
     statuses: tuple[str, ...],
     stage: str | None,
-    older_than: str | None,
+    older_than: timedelta | None,
     yes: bool,
     dry_run: bool,
 ) -> None:
-    from pepsi_dispatch.config import parse_time
-
-    age = None
-    if older_than is not None:
-        try:
-            age = timedelta(seconds=parse_time(older_than))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--older-than") from None
-    if not (statuses or stage or older_than or yes or dry_run):
+    age = older_than
+    if not (statuses or stage or older_than is not None or yes or dry_run):
         raise click.UsageError(
             "purge deletes every done, failed, timeout and expired message unless you select"
             " some: --status S, --stage S, --older-than TIME; --yes to delete them all,"
@@ -414,7 +427,7 @@ def purge(
     click.echo(f"would purge {n} message(s)" if dry_run else f"purged {n} message(s)")
 
 
-@cli.command(help="One message: row, state, errors, retries, ages.")
+@cli.command(help="One message: row, state, errors, retries of MAX_RETRIES, ages, history.")
 @click.argument("message_id", metavar="ID", type=MESSAGE_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
@@ -425,10 +438,12 @@ def show(obj: _Ctx, message_id: int, as_json: bool) -> int:
         _report(f"no message {message_id}")
         return 1
     story = dict(zip([c.name for c in cur.description or ()], row, strict=True))
+    history = read_history(obj.conn(), message_id)
     if as_json:
+        story["history"] = history
         click.echo(json.dumps(story, default=_json_default, sort_keys=True))
         return 0
-    for line in _story_lines(story):
+    for line in _story_lines(story) + history_lines(history):
         click.echo(line)
     return 0
 
@@ -442,7 +457,8 @@ def _story_lines(m: dict[str, Any]) -> list[str]:
         + ("" if m["stage_registered"] else "  (not a registered stage)"),
         f"  status      {m['status']}"
         + ("  (delayed: enqueued with a later not_before)" if m["delayed"] else ""),
-        f"  retries     {m['retries']}" + (f" of {cap}" if cap is not None else ""),
+        f"  retries     {m['retries']}"
+        + (f" of {cap} (MAX_RETRIES; counted at this stage)" if cap is not None else ""),
         f"  created     {m['created_at'].strftime(when)}  ({_age(m['age'])} ago)",
         f"  updated     {m['updated_at'].strftime(when)}  ({_age(m['since_update'])} ago)",
     ]
@@ -462,7 +478,8 @@ def _story_lines(m: dict[str, Any]) -> list[str]:
 
 def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -> None:
     cur = obj.conn().execute(
-        "SELECT stage, status, reason, count, oldest, newest, ids FROM pepsi.failed_reasons(%s)",
+        "SELECT stage, status, reason, count, oldest, newest, ids, examples"
+        " FROM pepsi.failed_reasons(%s)",
         (stage,),
     )
     rows = cur.fetchall()[:limit]
@@ -478,8 +495,9 @@ def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -
                         "oldest": oldest.isoformat(),
                         "newest": newest.isoformat(),
                         "ids": ids,
+                        "examples": examples,
                     }
-                    for st, status_, reason, n, oldest, newest, ids in rows
+                    for st, status_, reason, n, oldest, newest, ids, examples in rows
                 ]
             )
         )
@@ -488,12 +506,16 @@ def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -
         click.echo("no failed messages" + (f" at stage {stage}" if stage else ""))
         return
     click.echo(f"{'count':>7}  {'stage':<12} {'status':<8} reason  (newest ids)")
-    for st, status_, reason, n, _oldest, _newest, ids in rows:
+    for st, status_, reason, n, _oldest, _newest, ids, examples in rows:
         click.echo(f"{n:>7}  {st:<12} {status_:<8} {reason}  ({', '.join(map(str, ids))})")
+        if examples and examples != [reason]:
+            click.echo(f"{'':>9}e.g. {examples[0]}")
+    click.echo("(one group's messages and raw reasons: failed --reason 'REASON')", err=True)
 
 
-# migrate lives in its own module (alembic is imported only when it runs).
+# migrate lives in its own module (alembic is imported only when it runs); list too.
 cli.add_command(migrate_command)
+cli.add_command(list_command)
 
 
 def _report(message: str) -> None:
@@ -505,7 +527,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (one error line, never a traceback)."""
 
     def database_error(exc: Exception) -> int:
-        if isinstance(exc, psycopg.OperationalError):
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            user = _session.get("user", "your login role")
+            _report(
+                f"database: {exc.diag.message_primary or exc}; role {user} lacks the privilege:"
+                f" GRANT pepsi_operator TO {user} (as the schema owner) for pepsi-queue"
+            )
+        elif isinstance(exc, psycopg.errors.UndefinedFunction | psycopg.errors.InvalidSchemaName):
+            _report(
+                f"database: {exc.diag.message_primary or exc}; the schema is missing or older"
+                " than this pepsi-queue: run 'pepsi-queue migrate'"
+            )
+        elif isinstance(exc, psycopg.OperationalError):
             _report(f"cannot reach the database: {exc}")
         elif isinstance(exc, psycopg.Error):
             _report(f"database: {exc.diag.message_primary or exc}")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import click
 
+from pepsi_dispatch import __version__
 from pepsi_dispatch.errors import PepsiError, UsageError
 
 #: ``-c FILE``, the same in every tool; the value arrives as ``config_path``.
@@ -21,6 +22,13 @@ config_option = click.option(
     metavar="FILE",
     help="Configuration file (default: $PEPSI_CONFIG, ~/.config/pepsi.conf, /etc/pepsi.conf).",
 )
+
+
+def version_option(prog: str) -> Callable:
+    """``-v``, ``-V`` and ``--version``, the same in every tool: prints ``PROG VERSION``."""
+    return click.version_option(
+        __version__, "-v", "-V", "--version", prog_name=prog, message="%(prog)s %(version)s"
+    )
 
 
 def _misplaced(exc: click.UsageError) -> str:

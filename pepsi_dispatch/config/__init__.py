@@ -18,7 +18,7 @@ from pepsi_dispatch.config.load import (
     reread_config,
 )
 from pepsi_dispatch.config.model import Config, DispatchConfig, StageConfig
-from pepsi_dispatch.config.values import parse_bool, parse_time
+from pepsi_dispatch.config.values import parse_bool, parse_duration, parse_time
 
 __all__ = [
     "DEFAULT_DSN",
@@ -32,6 +32,7 @@ __all__ = [
     "find_config",
     "load_config",
     "parse_bool",
+    "parse_duration",
     "parse_time",
     "reread_config",
 ]

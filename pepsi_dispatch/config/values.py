@@ -93,6 +93,36 @@ def parse_time(text: str) -> float:
         raise ConfigError(f"'{text}': {exc}") from None
 
 
+#: Compact units of the command line: ``90s``, ``10m``, ``1h30m``, ``2d``.
+#: ``m`` is minutes there (in a configuration file it is not a unit: ``5 min``).
+_COMPACT_RE = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration given on the command line into seconds.
+
+    Accepts the compact form ``90s``, ``10m``, ``1h30m``, ``2d12h`` (units d, h,
+    m, s in that order, each at most once) as well as everything
+    :func:`parse_time` accepts (``5 min``, ``30 s``, a bare number of seconds).
+
+    Raises:
+        ConfigError: neither form (the message names both).
+    """
+    m = _COMPACT_RE.fullmatch(text.strip().lower())
+    if m is not None and any(m.groups()):
+        d, h, mi, s = (int(g or 0) for g in m.groups())
+        total = float(d * 86400 + h * 3600 + mi * 60 + s)
+        if total > TIME_MAX:
+            raise ConfigError(f"'{text}': too long; at most 36500 d (100 years)")
+        return total
+    try:
+        return _time_value(text)
+    except _Bad:
+        raise ConfigError(
+            f"'{text}' is not a duration; use e.g. 90s, 10m, 1h30m, 2d or '5 min'"
+        ) from None
+
+
 _TRUE = frozenset({"yes", "true", "on", "1"})
 _FALSE = frozenset({"no", "false", "off", "0"})
 

@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 import click
 
 from .. import __version__
-from ..cli.shell import config_option, run_click
+from ..cli.shell import config_option, run_click, version_option
 from ..config import load_config
 from ..errors import UsageError
 from . import exposition
@@ -331,7 +331,7 @@ def make_server(
     " long after it opened is closed.",
 )
 @click.option("-L", "--log-level", default="INFO", show_default=True, help="Logging level.")
-@click.version_option(__version__, "-V", "--version", prog_name=PROG)
+@version_option(PROG)
 def cli(
     config_path: str | None,
     listen: str,

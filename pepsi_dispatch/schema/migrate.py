@@ -45,9 +45,21 @@ def head_revision() -> str:
 
 
 def current_revision(conn) -> str | None:
-    """The revision a psycopg connection's database is at (None: not migrated)."""
-    row = conn.execute("SELECT to_regclass('public.alembic_version') IS NOT NULL").fetchone()
-    if not row or not row[0]:
+    """The revision a psycopg connection's database is at (None: not migrated).
+
+    Read through ``pepsi.schema_version()`` (SECURITY DEFINER, every pepsi role
+    may call it) where the schema has it, so the dispatcher's and operators'
+    roles read what the migrating superuser wrote; before that function
+    existed, from ``public.alembic_version`` directly.
+    """
+    row = conn.execute(
+        "SELECT to_regprocedure('pepsi.schema_version()') IS NOT NULL,"
+        " to_regclass('public.alembic_version') IS NOT NULL"
+    ).fetchone()
+    if row and row[0]:
+        (version,) = conn.execute("SELECT pepsi.schema_version()").fetchone()
+        return version or None
+    if not row or not row[1]:
         return None
     rows = conn.execute("SELECT version_num FROM public.alembic_version").fetchall()
     return ",".join(sorted(r[0] for r in rows)) or None
@@ -125,12 +137,22 @@ def migrate(dsn: str, to: str = "head", sql: bool = False, start: str | None = N
     metavar="REV",
     help="With --sql: the database is at REV already; print only the upgrade from there.",
 )
+@click.option(
+    "--current",
+    is_flag=True,
+    help="Print the database's revision and this package's head; change nothing.",
+)
 @click.pass_obj
-def migrate_command(obj, to: str, sql: bool, start: str | None) -> None:
+def migrate_command(obj, to: str, sql: bool, start: str | None, current: bool) -> None:
     from pepsi_dispatch.enqueue import resolve_dsn
 
     if start and not sql:
         raise click.UsageError("--from needs --sql (a real migrate reads the database's revision)")
+    if current:
+        if sql or start or to != "head":
+            raise click.UsageError("--current cannot be combined with --sql, --from or --to")
+        click.echo(_current_line(resolve_dsn(None, obj.config_path)))
+        return
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -148,3 +170,21 @@ def migrate_command(obj, to: str, sql: bool, start: str | None) -> None:
         alembic_log.removeHandler(handler)
     if not sql:
         click.echo(f"schema at {to if to != 'head' else head_revision()}", err=True)
+
+
+def _current_line(dsn: str) -> str:
+    """``0018 (head)``, ``0016 (head: 0018; run 'pepsi-queue migrate')``, ``none ...``."""
+    import psycopg
+
+    head = head_revision()
+    try:
+        with psycopg.connect(dsn, autocommit=True, application_name="pepsi-queue") as conn:
+            now = current_revision(conn)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise FatalError(f"cannot read the schema's revision: {reason}") from None
+    if now is None:
+        return f"none (not migrated; head: {head}; run 'pepsi-queue migrate')"
+    if now == head:
+        return f"{now} (head)"
+    return f"{now} (head: {head}; run 'pepsi-queue migrate')"

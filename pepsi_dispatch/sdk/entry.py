@@ -18,7 +18,7 @@ from .message import Handler
 from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
-from .statements import SET_BASED_FUNCTIONS, Statements
+from .statements import NOTE_TRACEBACK, SET_BASED_FUNCTIONS, Statements
 from .template import from_environment as template_from_environment
 from .transaction import CommitMode
 
@@ -73,6 +73,16 @@ def retry_stages(conn: psycopg.Connection) -> frozenset[str]:
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
         return frozenset()
     return frozenset(r[0] for r in rows)
+
+
+def may_call(conn: psycopg.Connection, signature: str) -> bool:
+    """The database has the function ``signature`` and this role may run it."""
+    row = conn.execute(
+        "SELECT to_regprocedure(%s) IS NOT NULL"
+        " AND has_function_privilege(to_regprocedure(%s), 'EXECUTE')",
+        (signature, signature),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def set_based_kinds(conn: psycopg.Connection) -> frozenset[str]:
@@ -177,6 +187,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         dispatch = HandlerDispatch(
             handlers, stage, graph, Statements(dispatcher_id), retry_stages(connection.conn)
         )
+        dispatch.keeps_tracebacks = may_call(connection.conn, NOTE_TRACEBACK)
         mode = commit_mode(group_commit, in_hand)
         runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd, in_hand)
         if mode is CommitMode.GROUP:

@@ -159,6 +159,9 @@ class HandlerDispatch:
         #: stages with automatic retries: a handler exception there is left to
         #: the dispatcher (record_dispatch_error retries or fails it).
         self.retry_stages = retry_stages
+        #: the database keeps a handler's traceback in the message's history
+        #: (pepsi.note_traceback): it is stored there, not printed to stderr.
+        self.keeps_tracebacks = False
 
     def process(self, loaded: Loaded, scope: Scope, attempt: Attempt = Attempt.FIRST) -> str:
         """Process one input line; its answer line (the scope is left to commit)."""
@@ -281,13 +284,24 @@ class HandlerDispatch:
     def _handler_failed(self, run: _Pass, exc: Exception, scope: Scope, base: int) -> str:
         """Undo what the handler wrote, fail the message (unless the dispatcher
         retries it), commit; the answer."""
+        trace = None
         if isinstance(exc, Refused):
             reason = one_line(run.prefix + str(exc))
             print(f"pepsi worker: message {run.message_id}: {reason}", file=sys.stderr)
         else:
-            traceback.print_exception(exc, file=sys.stderr)
             reason = one_line(run.prefix + exc_reason(exc))
+            if self.keeps_tracebacks:
+                trace = "".join(traceback.format_exception(exc))
+                print(
+                    f"pepsi worker: message {run.message_id}: {reason} (traceback:"
+                    f" pepsi-queue show {run.message_id})",
+                    file=sys.stderr,
+                )
+            else:
+                traceback.print_exception(exc, file=sys.stderr)
         scope.rollback_to(base)  # undo what this stage's handler wrote
+        if trace is not None:
+            scope.write(self.statements.note_traceback(run.message_id, run.stage, trace), Role.STEP)
         if run.stage not in self.retry_stages or isinstance(exc, Refused):
             scope.write(self.statements.fail(run.message_id, run.stage, reason), Role.LAST)
         scope.commit()

@@ -20,6 +20,7 @@ __all__ = [
     "ADVANCE_MANY",
     "FINISH_MANY",
     "MANY",
+    "NOTE_TRACEBACK",
     "SET_BASED_FUNCTIONS",
     "SINGLE",
     "Statement",
@@ -42,7 +43,13 @@ _CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fail": ("pepsi.fail({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
     "set_state": ("pepsi.set_state({0}, {1}, {2}, {3})", ("bigint", "text", "jsonb", "bigint")),
     "hop": ("pepsi.hop({0}, {1}, {2}, {3})", ("bigint", "text", "text", "bigint")),
+    "note_traceback": (
+        "pepsi.note_traceback({0}, {1}, {2}, {3})",
+        ("bigint", "text", "text", "bigint"),
+    ),
 }
+#: A failure's traceback goes to the message's history (migration 0018).
+NOTE_TRACEBACK = "pepsi.note_traceback(bigint, text, text, bigint)"
 #: kind -> ``SELECT call(%s, ...)``: one boolean.
 SINGLE = {
     kind: "SELECT " + call.format(*(f"%s::{t}" for t in types))
@@ -117,6 +124,10 @@ class Statements:
     def fail(self, message_id: int, stage: str, reason: str) -> Statement:
         """Fail the message with ``reason`` (already one line)."""
         return self._make("fail", "fail", message_id, stage, reason)
+
+    def note_traceback(self, message_id: int, stage: str, text: str) -> Statement:
+        """Keep a handler's traceback for the message's history (only on failure)."""
+        return self._make("note_traceback", "note_traceback", message_id, stage, text)
 
     def set_state(self, message_id: int, stage: str, patch_json: str) -> Statement:
         """Merge ``patch_json`` (a JSON object's text) into the row's state."""

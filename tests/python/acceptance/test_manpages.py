@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from pepsi_dispatch.cli import manpages
+from pepsi_dispatch.devtools import manpages
 
 BIN = Path(sys.executable).parent
 
@@ -35,6 +35,9 @@ def _plain(page: str) -> str:
         ("pepsi-queue", []),
         ("pepsi-queue", ["migrate"]),
         ("pepsi-queue", ["enqueue"]),
+        ("pepsi-queue", ["list"]),
+        ("pepsi-queue", ["failed"]),
+        ("pepsi-httpd", []),
     ],
 )
 def test_every_help_option_is_in_the_page(prog: str, sub: list[str]) -> None:
@@ -55,3 +58,27 @@ def test_config_page_follows_the_option_table() -> None:
     markdown = (ROOT / "docs" / "CONFIG.md").read_text()
     with pytest.raises(ValueError, match="LOG_FORMAT"):
         manpages.config_page(markdown.replace("| `LOG_FORMAT` |", "| `LOG_FORMATS` |"))
+
+
+@pytest.mark.parametrize("name", manpages.PAGES)
+def test_every_page_is_complete_and_links_the_others(name: str) -> None:
+    page = (ROOT / "man" / name).read_text(encoding="utf-8")
+    sections = re.findall(r"^\.SH (.+)$", page, re.M)
+    wanted = ["NAME", "DESCRIPTION", "ENVIRONMENT", "SEE ALSO"]
+    if name.endswith(".1"):
+        wanted += ["SYNOPSIS", "OPTIONS", "EXIT STATUS"]
+    for section in wanted:
+        assert section in sections, (name, section, sections)
+    see_also = _plain(page.split(".SH SEE ALSO", 1)[1])
+    for other in manpages.PAGES:
+        base, number = other.rsplit(".", 1)
+        if other != name:
+            assert f"{base}({number})" in see_also, (name, other)
+
+
+def test_queue_page_has_migrate_list_and_roles_and_conf_page_the_overlay() -> None:
+    queue = _plain((ROOT / "man" / "pepsi-queue.1").read_text())
+    for text in ("migrate", "--current", "list", "--where", "pepsi_operator", "1h30m"):
+        assert text in queue, text
+    conf = _plain((ROOT / "man" / "pepsi.conf.5").read_text())
+    assert ".SH DATABASE OVERLAY" in conf and "pepsi.config" in conf

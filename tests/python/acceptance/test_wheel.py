@@ -1,7 +1,11 @@
 """The package as a user gets it: build the wheel, install it into a fresh virtualenv
-outside the repository, create the schema with `pepsi-queue migrate`, pass
-`pepsi-dispatch serve --check` and run a 2-stage SDK pipeline from a configuration
-outside the repository (no CONFIG_FILE: the workers find it through PEPSI_CONFIG).
+outside the repository, create the schema with `pepsi-queue migrate` as a superuser,
+set up the roles as the README says (a dispatcher login role IN ROLE
+pepsi_dispatcher, a stage role IN ROLE pepsi_stage reached through a URI
+WORKER_DSN, an operator IN ROLE pepsi_operator), pass `pepsi-dispatch serve
+--check` as the dispatcher's role (not a superuser) and run a 2-stage SDK pipeline
+from a configuration outside the repository (no CONFIG_FILE: the workers find it
+through PEPSI_CONFIG), enqueued by the operator.
 
 Offline and quick: the wheel is built with --no-build-isolation from a copy of the
 sources, installed with --no-deps, and the new venv sees this project's
@@ -25,6 +29,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import ROOT
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 SOURCES = (
     "pyproject.toml",
@@ -36,6 +41,7 @@ SOURCES = (
     "sql",
     "pepsi_dispatch",
     "man",
+    "contrib",
 )
 
 STAGES = '''#!{python}
@@ -64,6 +70,7 @@ DSN = {dsn}
 [pepsi-dispatch]
 SERVICE_USER = {user}
 STATS_INTERVAL = 1 s
+WORKER_DSN = {worker_dsn}
 
 [stage-parse]
 PROGRAM = {program}
@@ -143,7 +150,9 @@ def installed() -> Iterator[Path]:
         shutil.rmtree(top, ignore_errors=True)
 
 
-def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> None:
+def test_wheel_migrate_check_and_pipeline(
+    installed: Path, empty_dsn: str, request: pytest.FixtureRequest
+) -> None:
     top = installed
     bin_ = top / "venv" / "bin"
     app = top / "app"
@@ -167,8 +176,15 @@ def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> No
     assert where[0].startswith(str(top / "venv")), where  # the wheel, not the checkout
     assert where[1].endswith("pepsi_dispatch/_data"), where
 
-    for page in ("man1/pepsi-dispatch.1", "man1/pepsi-queue.1", "man5/pepsi.conf.5"):
+    for page in (
+        "man1/pepsi-dispatch.1",
+        "man1/pepsi-queue.1",
+        "man1/pepsi-httpd.1",
+        "man5/pepsi.conf.5",
+    ):
         assert (top / "venv" / "share" / "man" / page).is_file(), page
+    unit = top / "venv" / "share" / "pepsi-dispatch" / "systemd" / "pepsi-dispatch.service"
+    assert "ExecStartPre=" in unit.read_text(), "the systemd unit ships in the wheel"
 
     # The schema from the installed package alone, into an empty database.
     ddl = sh([str(bin_ / "pepsi-queue"), "migrate", "--sql"], app, env).stdout
@@ -178,13 +194,17 @@ def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> No
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.saved (id bigint PRIMARY KEY, words int)")
         conn.execute("GRANT ALL ON public.saved TO PUBLIC")
+    request.addfinalizer(lambda: drop_roles(empty_dsn))
+    dispatcher_dsn, worker_dsn, operator_dsn = readme_roles(empty_dsn)
 
     program = app / "stages.py"
     program.write_text(STAGES.format(python=bin_ / "python"))
     program.chmod(0o755)
     conf = app / "pepsi.conf"
     user = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
-    conf.write_text(CONF.format(dsn=empty_dsn, user=user, program=program))
+    conf.write_text(
+        CONF.format(dsn=dispatcher_dsn, user=user, program=program, worker_dsn=worker_dsn)
+    )
 
     r = subprocess.run(
         [str(bin_ / "pepsi-dispatch"), "-c", str(conf), "serve", "--check"],
@@ -196,13 +216,14 @@ def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> No
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all" in r.stdout.splitlines()[-1] and "checks passed" in r.stdout
+    assert "at revision" in r.stdout and "(head)" in r.stdout, r.stdout
 
     n = 200
     payloads = "".join(f'{{"text": "message number {i}"}}\n' for i in range(n))
     r = subprocess.run(
         [str(bin_ / "pepsi-queue"), "-c", str(conf), "enqueue", "-q", "parse", "-"],
         cwd=app,
-        env=env,
+        env={**env, "PEPSI_DSN": operator_dsn},
         input=payloads,
         capture_output=True,
         text=True,
@@ -243,3 +264,45 @@ def test_wheel_migrate_check_and_pipeline(installed: Path, empty_dsn: str) -> No
         log.close()
     text = (app / "dispatch.log").read_text()
     assert "ERROR" not in text, text[-3000:]
+
+
+def _role_names(superuser_dsn: str) -> dict[str, str]:
+    db = conninfo_to_dict(superuser_dsn)["dbname"]
+    return {"dispatcher": f"{db}_d", "worker": f"{db}_w", "operator": f"{db}_o"}
+
+
+def drop_roles(superuser_dsn: str) -> None:
+    """Drop the roles of :func:`readme_roles` (before their database goes)."""
+    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
+        for name in _role_names(superuser_dsn).values():
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+                conn.execute(f"DROP OWNED BY {name}")
+                conn.execute(f"DROP ROLE {name}")
+
+
+def readme_roles(superuser_dsn: str) -> tuple[str, str, str]:
+    """The README's role set-up (after a superuser migrated): the dispatcher's login
+    role, the workers' (as a URI, the form every language's driver takes) and an
+    operator's. Roles are cluster-wide: named for this database."""
+    params = conninfo_to_dict(superuser_dsn)
+    db = params["dbname"]
+    names = _role_names(superuser_dsn)
+    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {names['dispatcher']} LOGIN IN ROLE pepsi_dispatcher")
+        conn.execute(
+            f"CREATE ROLE {names['worker']} LOGIN PASSWORD 'change-me' IN ROLE pepsi_stage"
+        )
+        conn.execute(f"CREATE ROLE {names['operator']} LOGIN IN ROLE pepsi_operator")
+        conn.execute(f"GRANT ALL ON public.saved TO {names['worker']}")
+    host = params.get("host", "127.0.0.1")
+    port = params.get("port", "5432")
+    worker_uri = (
+        f"postgresql://{names['worker']}:change-me@{host}:{port}/{db}"
+        if not host.startswith("/")
+        else f"postgresql://{names['worker']}:change-me@/{db}?host={host}&port={port}"
+    )
+    return (
+        make_conninfo(superuser_dsn, user=names["dispatcher"]),
+        worker_uri,
+        make_conninfo(superuser_dsn, user=names["operator"]),
+    )

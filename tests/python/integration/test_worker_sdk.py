@@ -278,7 +278,14 @@ def test_exception_fails_message_and_worker_lives_on(dsn, conf, did, workers, co
     # what the failing handler wrote through msg.db was rolled back with it
     notes = conn.execute("SELECT id, note FROM public.sdk_log ORDER BY id").fetchall()
     assert notes == [(ids[1], "kept")]
-    assert "Traceback" in w.stderr()
+    # The traceback goes to the message's history; stderr (the dispatcher's log) gets one line.
+    err = w.stderr()
+    assert "Traceback" not in err
+    assert f"message {ids[0]}: ValueError: boom second line (traceback:" in err
+    (trace,) = conn.execute(
+        "SELECT traceback FROM pepsi.message_history(%s) WHERE attempt = 1", (ids[0],)
+    ).fetchone()
+    assert trace.startswith("Traceback (most recent call last)") and "boom" in trace
 
 
 def test_prints_go_to_stderr_not_the_protocol(dsn, conf, did, workers, conn):

@@ -1,13 +1,16 @@
-"""Man pages pepsi-dispatch(1), pepsi-queue(1) and pepsi.conf(5), generated.
+"""Man pages pepsi-dispatch(1), pepsi-queue(1), pepsi-httpd(1) and pepsi.conf(5), generated.
 
 The command pages come from the click commands themselves (the text of
-``--help``), pepsi.conf(5) from the option tables of docs/CONFIG.md, checked
-against the option table of :mod:`pepsi_dispatch.config` (an option missing on
-either side is an error). ``make man`` writes them to ``man/``; the wheel
-installs those files; a test regenerates them and compares, so they cannot
-drift from ``--help`` or docs/CONFIG.md.
+``--help``) plus an EXIT STATUS and an ENVIRONMENT section each; pepsi.conf(5)
+from the option tables and the database overlay section of docs/CONFIG.md,
+checked against the option table of :mod:`pepsi_dispatch.config` (an option
+missing on either side is an error). Every page's SEE ALSO names the other
+three. ``make man`` writes them to ``man/``; the wheel installs those files
+under ``share/man``; a test regenerates them and compares, so they cannot
+drift from ``--help`` or docs/CONFIG.md. (A developer tool: it imports every
+program, pepsi-httpd included, so it sits above them all.)
 
-``python -m pepsi_dispatch.cli.manpages OUTDIR [CONFIG_MD]``
+``python -m pepsi_dispatch.devtools.manpages OUTDIR [CONFIG_MD]``
 """
 
 from __future__ import annotations
@@ -23,6 +26,18 @@ from pepsi_dispatch import __version__
 __all__ = ["PAGES", "config_page", "command_page", "generate"]
 
 _TITLE = "pepsi-dispatch " + __version__
+PAGES = ("pepsi-dispatch.1", "pepsi-queue.1", "pepsi-httpd.1", "pepsi.conf.5")
+
+
+def _see_also(page: str) -> list[str]:
+    """SEE ALSO: the other three pages."""
+    refs = []
+    for other in PAGES:
+        if other == page:
+            continue
+        name, section = other.rsplit(".", 1)
+        refs.append(f"\\fB{_esc(name)}\\fR({section})")
+    return [".SH SEE ALSO", ", ".join(refs)]
 
 
 def _esc(text: str) -> str:
@@ -61,15 +76,25 @@ def _params(ctx: click.Context, command: click.Command) -> list[str]:
     return lines
 
 
-def command_page(group: click.Group, prog: str, summary: str, extra: str = "") -> str:
-    """A section-1 page: synopsis, description, options, then every subcommand."""
-    ctx = click.Context(group, info_name=prog, **group.context_settings)
-    usage = " ".join(group.collect_usage_pieces(ctx))
+def command_page(command: click.Command, prog: str, summary: str, extra: str = "") -> str:
+    """A section-1 page: synopsis, description, options, every subcommand of a
+    group, then ``extra`` (EXIT STATUS, ENVIRONMENT, ...) and SEE ALSO."""
+    ctx = click.Context(command, info_name=prog, **command.context_settings)
+    usage = " ".join(command.collect_usage_pieces(ctx))
     lines = _header(prog, 1, summary)
     lines += [".SH SYNOPSIS", f"\\fB{_esc(prog)}\\fR {_esc(usage)}"]
-    lines += [".SH DESCRIPTION", _esc(group.help or "")]
-    lines += [".SH OPTIONS", *_params(ctx, group)]
-    lines += [".SH COMMANDS"]
+    lines += [".SH DESCRIPTION", _esc(command.help or "")]
+    lines += [".SH OPTIONS", *_params(ctx, command)]
+    if isinstance(command, click.Group):
+        lines += _subcommands(ctx, command)
+    if extra:
+        lines += [extra.strip()]
+    lines += _see_also(f"{prog}.1")
+    return "\n".join(lines) + "\n"
+
+
+def _subcommands(ctx: click.Context, group: click.Group) -> list[str]:
+    lines = [".SH COMMANDS"]
     for name in group.list_commands(ctx):
         cmd = group.get_command(ctx, name)
         assert cmd is not None
@@ -79,13 +104,7 @@ def command_page(group: click.Group, prog: str, summary: str, extra: str = "") -
         opts = _params(sub, cmd)
         if opts:
             lines += [".RS", *opts, ".RE"]
-    if extra:
-        lines += [extra.strip()]
-    lines += [
-        ".SH SEE ALSO",
-        "\\fBpepsi\\-dispatch\\fR(1), \\fBpepsi\\-queue\\fR(1), \\fBpepsi.conf\\fR(5)",
-    ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 _EXIT = """.SH EXIT STATUS
@@ -103,6 +122,59 @@ overrides [database] DSN.
 .TP
 \\fBNOTIFY_SOCKET\\fR, \\fBWATCHDOG_USEC\\fR, \\fBJOURNAL_STREAM\\fR
 set by systemd: READY=1/STOPPING=1/WATCHDOG=1 notifications, journald log lines.
+.TP
+\\fBHOME\\fR
+for \\fB~/.config/pepsi.conf\\fR.
+.SH FILES
+.TP
+\\fB/etc/pepsi.conf\\fR, \\fB~/.config/pepsi.conf\\fR
+the configuration (see \\fBpepsi.conf\\fR(5)).
+.TP
+\\fBshare/pepsi\\-dispatch/systemd/pepsi\\-dispatch.service\\fR
+the systemd unit, under the installation prefix (a venv: \\fB/opt/pepsi/share/...\\fR).
+"""
+
+_QUEUE_EXTRA = """.SH ROLES
+People use a login role that is a member of \\fBpepsi_operator\\fR: it reads the
+queue, enqueues, lists, shows, requeues, cancels and purges, and cannot claim,
+release or move a running message. An error for a missing privilege names
+the role to grant. \\fBmigrate\\fR needs the schema owner (a superuser the first time).
+.SH DURATIONS
+\\fB\\-\\-in\\fR, \\fB\\-\\-older\\-than\\fR and \\fB\\-\\-interval\\fR take
+\\fB90s\\fR, \\fB10m\\fR, \\fB1h30m\\fR, \\fB2d\\fR as well as
+the configuration's \\fB5 min\\fR form; a bare number is seconds.
+.SH EXIT STATUS
+0 success (and for \\-h, \\-v); 2 for usage and configuration errors (a bad
+payload or duration, an unknown stage, purge without a selection); 1 for
+database errors, a missing privilege, an unknown message id (\\fBshow\\fR) and
+ids \\fBcancel \\-\\-id\\fR or \\fBrequeue \\-\\-id\\fR could not act on; 130 when
+interrupted. Errors are one line on stderr.
+.SH ENVIRONMENT
+.TP
+\\fBPEPSI_DSN\\fR
+the database; overrides [database] DSN. Without either: \\fBpostgresql:///pepsi\\fR.
+.TP
+\\fBPEPSI_CONFIG\\fR
+configuration file when \\-c is not given.
+.TP
+\\fBHOME\\fR
+for \\fB~/.config/pepsi.conf\\fR.
+"""
+
+_HTTPD_EXTRA = """.SH EXIT STATUS
+0 after SIGINT or SIGTERM (and for \\-h, \\-v); 2 for usage and configuration
+errors (a bad \\-\\-listen, an address in use, an unreadable configuration); 1 for
+fatal runtime errors. Errors are one line on stderr.
+.SH ENVIRONMENT
+.TP
+\\fBPEPSI_DSN\\fR
+the database (a login role in \\fBpepsi_dashboard\\fR); overrides [database] DSN.
+.TP
+\\fBPEPSI_CONFIG\\fR
+configuration file when \\-c is not given (only its [database] section is used).
+.TP
+\\fBHOME\\fR
+for \\fB~/.config/pepsi.conf\\fR.
 """
 
 
@@ -156,27 +228,62 @@ def config_page(markdown: str) -> str:
         lines.append(f".SH [{_esc(section)}]")
         for option, default, meaning in tables[section]:
             lines += [".TP", f"\\fB{_esc(option)}\\fR (default: {_md(default)})", _md(meaning)]
+    lines += _overlay(markdown)
     lines += [
-        ".SH SEE ALSO",
-        "\\fBpepsi\\-dispatch\\fR(1), \\fBpepsi\\-queue\\fR(1)",
+        ".SH ENVIRONMENT",
+        ".TP",
+        "\\fBPEPSI_CONFIG\\fR",
+        "the file to read when \\fB\\-c\\fR is not given.",
+        ".TP",
+        "\\fBPEPSI_DSN\\fR",
+        "overrides [database] DSN for every tool (dispatcher, workers, pepsi\\-queue,",
+        "pepsi\\-httpd, alembic).",
+        ".TP",
+        "any \\fB$NAME\\fR",
+        "expanded in values (after [PATHS]).",
+        ".SH FILES",
+        "\\fB/etc/pepsi.conf\\fR, \\fB~/.config/pepsi.conf\\fR",
     ]
+    lines += _see_also("pepsi.conf.5")
     return "\n".join(lines) + "\n"
 
 
-PAGES = ("pepsi-dispatch.1", "pepsi-queue.1", "pepsi.conf.5")
+def _overlay(markdown: str) -> list[str]:
+    """The section "The database overlay" of docs/CONFIG.md: paragraphs and code."""
+    m = re.search(r"^## The database overlay\n(.*?)(?=^## |\Z)", markdown, re.M | re.S)
+    if m is None:
+        raise ValueError("docs/CONFIG.md has no section '## The database overlay'")
+    lines = [".SH DATABASE OVERLAY"]
+    for block in re.split(r"\n\s*\n", m.group(1).strip()):
+        if block.startswith("```"):
+            body = block.strip("`").split("\n", 1)[1] if "\n" in block else ""
+            lines += [".PP", ".nf", _esc(body.rstrip("`").rstrip()), ".fi"]
+        else:
+            lines += [".PP", _md(" ".join(block.split()))]
+    return lines
 
 
 def generate(config_md: Path) -> dict[str, str]:
     """File name -> page text."""
     from pepsi_dispatch.cli import dispatch as cli
     from pepsi_dispatch.cli import queue as queue_cli
+    from pepsi_dispatch.httpd import server as httpd
 
     return {
         "pepsi-dispatch.1": command_page(
             cli.cli, cli.PROG, "coordinator of the pepsi PostgreSQL work queue", _EXIT
         ),
         "pepsi-queue.1": command_page(
-            queue_cli.cli, queue_cli.PROG, "operate the pepsi work queue and its schema"
+            queue_cli.cli,
+            queue_cli.PROG,
+            "operate the pepsi work queue and its schema",
+            _QUEUE_EXTRA,
+        ),
+        "pepsi-httpd.1": command_page(
+            httpd.cli,
+            httpd.PROG,
+            "metrics, health check and web dashboard of the pepsi work queue",
+            _HTTPD_EXTRA,
         ),
         "pepsi.conf.5": config_page(config_md.read_text(encoding="utf-8")),
     }
