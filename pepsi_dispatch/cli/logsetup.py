@@ -42,6 +42,80 @@ LEVELS: dict[str, int] = {
 }
 
 
+class _LogFile(logging.handlers.WatchedFileHandler):
+    """The log file; a write that fails (a full filesystem, an I/O error) never stops
+    or slows the program and never floods stderr with tracebacks.
+
+    The first failure says so in one line on stderr (the service manager's log) and
+    the file is closed; later records are counted and dropped while writing still
+    fails (each emit tries to reopen and write). The first record that gets through
+    again is preceded in the file by a line saying how many were dropped, and stderr
+    says the file is written again.
+    """
+
+    def __init__(self, filename: str) -> None:
+        super().__init__(filename, encoding="utf-8")
+        self.dropped = 0
+        self.failing: str | None = None  # the error while writes fail
+        self._errors = 0  # handleError calls during the current emit
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._errors = 0
+        was_failing = self.failing
+        if was_failing is not None:
+            super().emit(
+                logging.makeLogRecord(
+                    {
+                        "name": __name__,
+                        "levelno": logging.WARNING,
+                        "levelname": "WARNING",
+                        "msg": f"log file: {self.dropped} line(s) dropped while it could not"
+                        f" be written ({was_failing})",
+                    }
+                )
+            )
+            if self._errors:  # still failing: counted (as this record) by _failed
+                return
+        super().emit(record)  # errors come back through handleError
+        if was_failing is not None and not self._errors:
+            _stderr(f"log file {self.baseFilename}: written again ({self.dropped} line(s) lost)")
+            self.failing = None
+            self.dropped = 0
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - stdlib name
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self._failed(exc)
+        else:
+            super().handleError(record)
+
+    def _failed(self, exc: OSError) -> None:
+        self._errors += 1
+        if self.failing is None:
+            self.dropped = 1
+            self.failing = exc.strerror or str(exc)
+            _stderr(
+                f"log file {self.baseFilename}: cannot write ({self.failing}); log lines are"
+                " dropped (and counted) until it can be written again"
+            )
+        elif self._errors == 1:
+            self.dropped += 1
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass  # its buffer could not be written either: dropped
+
+
+def _stderr(line: str) -> None:
+    try:
+        sys.stderr.write(f"pepsi-dispatch[{os.getpid()}]: {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     """Local time with its UTC offset, milliseconds: 2026-11-29 19:00:00.123+01:00."""
     when = datetime.fromtimestamp(record.created).astimezone()
@@ -143,7 +217,7 @@ def setup_logging(
     handler: logging.Handler
     if logfile:
         try:
-            handler = logging.handlers.WatchedFileHandler(logfile, encoding="utf-8")
+            handler = _LogFile(logfile)
         except OSError as exc:
             raise UsageError(
                 f"cannot open log file '{logfile}' (-l): {exc.strerror or exc}; "
