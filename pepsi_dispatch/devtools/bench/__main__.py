@@ -29,9 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--queue-limit", type=int, default=32)
     parser.add_argument(
+        "--max-messages", type=int, default=1_000_000, help="MAX_MESSAGES of every stage"
+    )
+    parser.add_argument(
         "--worker",
         action="append",
-        choices=["sdk", "sdk-gc", "raw"],
+        choices=["sdk-default", "sdk", "sdk-gc", "raw"],
         help="stage program(s) to measure (repeatable; default: sdk, sdk-gc, raw)",
     )
     parser.add_argument("--group-commit", action="store_true", help="shorthand for --worker sdk-gc")
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         say(
             f"throughput: {args.messages} messages through {args.stages} no-op stages,"
             f" PARALLELISM={args.parallelism} QUEUE_LIMIT={args.queue_limit}"
+            f" MAX_MESSAGES={args.max_messages}"
         )
         results: dict[str, list[dict[str, float]]] = {w: [] for w in workers}
         for worker in [w for _ in range(args.repeat) for w in workers]:  # interleaved
@@ -121,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.queue_limit,
                 args.timeout,
                 live=args.live,
+                max_messages=args.max_messages,
             )
             say(
-                f"  {worker:<7} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
+                f"  {worker:<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
                 f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
                 f" stage_runs {r['stage_runs']}, not done {r['failed']},"
                 f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  median of {args.repeat} interleaved runs:")
             for worker, rs in results.items():
                 say(
-                    f"  {worker:<7} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
+                    f"  {worker:<11} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
                     f" messages/s  {statistics.median(x['runs_per_s'] for x in rs):8.0f}"
                     " stage runs/s"
                 )

@@ -6,7 +6,9 @@ the dispatcher to the last row done (database clock; worker start-up included).
 ``--live`` instead enqueues into a running dispatcher and times from the first
 enqueue. Reported: messages/s and stage runs/s. Stage programs:
 
-* ``sdk``     handlers written with :mod:`pepsi_dispatch.worker`, one commit per message
+* ``sdk-default``  handlers written with :mod:`pepsi_dispatch.worker`, ``run(handlers)``
+              as first documented (group commit, the in-hand slot, a template)
+* ``sdk``     the same with ``group_commit=False``: one commit per message
 * ``sdk-gc``  the same with ``group_commit=True`` (one commit per batch of buffered ids)
 * ``raw``     a minimal protocol worker: every batch of buffered ids moved with ONE
               statement and answered at once (the dispatcher's ceiling)
@@ -55,7 +57,7 @@ stages = os.environ["PEPSI_BENCH_STAGES"].split(",")
 handlers = {{s: noop for s in stages}}
 if os.environ.get("PEPSI_BENCH_LATENCY"):
     handlers = {{s: latency for s in stages}}
-run(handlers, group_commit={group_commit})
+run(handlers{group_commit})
 """
 
 RAW_WORKER = """#!{python}
@@ -126,14 +128,21 @@ class Setup:
     """Config file and stage programs of one bench run, in a temporary directory."""
 
     def __init__(
-        self, workdir: Path, stages: list[str], parallelism: int, queue_limit: int, worker: str
+        self,
+        workdir: Path,
+        stages: list[str],
+        parallelism: int,
+        queue_limit: int,
+        worker: str,
+        max_messages: int = 1_000_000,
     ) -> None:
         self.dir = workdir
         self.stages = stages
         python = sys.executable
         programs = {
-            "sdk": SDK_WORKER.format(python=python, group_commit=False),
-            "sdk-gc": SDK_WORKER.format(python=python, group_commit=True),
+            "sdk-default": SDK_WORKER.format(python=python, group_commit=""),
+            "sdk": SDK_WORKER.format(python=python, group_commit=", group_commit=False"),
+            "sdk-gc": SDK_WORKER.format(python=python, group_commit=", group_commit=True"),
             "raw": RAW_WORKER.format(python=python),
         }
         self.program = workdir / f"noop-{worker}.py"
@@ -157,7 +166,7 @@ class Setup:
                 f"NEXT = {stages[i + 1] if i + 1 < len(stages) else ''}",
                 f"PARALLELISM = {parallelism}",
                 f"QUEUE_LIMIT = {queue_limit}",
-                "MAX_MESSAGES = 1000000",
+                f"MAX_MESSAGES = {max_messages}",
                 "",
             ]
         self.conf.write_text("\n".join(lines))
@@ -242,6 +251,7 @@ def throughput(
     queue_limit: int,
     timeout: float,
     live: bool = False,
+    max_messages: int = 1_000_000,
 ) -> dict[str, float]:
     """One throughput run; returns its numbers.
 
@@ -256,7 +266,7 @@ def throughput(
         tempfile.TemporaryDirectory(prefix="pepsi-bench-") as tmp,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        setup = Setup(Path(tmp), stages, parallelism, queue_limit, worker)
+        setup = Setup(Path(tmp), stages, parallelism, queue_limit, worker, max_messages)
         clean(conn)
         runs0, msgs0 = _dispatch_stats(conn)
         log = Path(tmp) / "dispatcher.log"
@@ -320,7 +330,7 @@ def latency(dsn: str, count: int, timeout: float) -> dict[str, float]:
         tempfile.TemporaryDirectory(prefix="pepsi-bench-") as tmp,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        setup = Setup(Path(tmp), stages, 1, 1, "sdk")
+        setup = Setup(Path(tmp), stages, 1, 1, "sdk-default")
         clean(conn)
         log = Path(tmp) / "dispatcher.log"
         proc = start(setup, setup.env(dsn, latency=True), log)

@@ -217,6 +217,18 @@ OURS: dict[str, tuple[str, int, dict[str, str | None]]] = {
         {"QUEUE_LIMIT": "64", "MAX_MESSAGES": None},
     ),
     "pepsi-dispatch, SDK group commit, P4 × Q64": ("sdk-gc", 4, _TUNED),
+    # run(handlers) as first documented, and the price of recycling with it
+    "pepsi-dispatch, SDK run(handlers), P4 × Q64": ("sdk-default", 4, _TUNED),
+    "pepsi-dispatch, SDK run(handlers), P4 × Q64, shipped MAX_MESSAGES (1000)": (
+        "sdk-default",
+        4,
+        {"QUEUE_LIMIT": "64", "MAX_MESSAGES": None},
+    ),
+    "pepsi-dispatch, SDK run(handlers), shipped QUEUE_LIMIT (4), MAX_MESSAGES 1,000,000": (
+        "sdk-default",
+        4,
+        {"QUEUE_LIMIT": None, "MAX_MESSAGES": "1000000"},
+    ),
     "pepsi-dispatch, SDK one commit per message, P4 × Q64": ("sdk", 4, _TUNED),
 }
 
