@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { echo "$$out" >&2; exit 1; };
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
-.PHONY: help system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover
+# Phony targets.
+.PHONY: help db-deps system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover
 
 help:
 	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
@@ -24,17 +25,11 @@ help:
 	@echo "make man       man/*.1, man/*.5 from --help and docs/CONFIG.md (the wheel installs them)"
 	@echo "make demo-stop stop the embedded PostgreSQL that make demo/db leave running"
 
-# System packages: PostgreSQL server, pgTAP and pg_prove, and headless Chromium with its
-# driver for the dashboard's browser test. Installed when missing and running as root
-# on Debian; otherwise named in one clear error.
-system-deps:
-	@missing=""; \
-	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
-	command -v pg_prove >/dev/null 2>&1 || missing="$$missing libtap-parser-sourcehandler-pgtap-perl"; \
-	ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1 || missing="$$missing postgresql-$${PG_MAJOR:-15}-pgtap"; \
-	if [ -n "$$missing" ]; then \
+# System packages, installed when missing and running as root on Debian, otherwise
+# named in one clear error. The demo and `make db` need only the PostgreSQL server
+# (db-deps); the tests also need pgTAP and pg_prove, and headless Chromium with its
+# driver for the dashboard's browser test (system-deps).
+INSTALL_MISSING = if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing system packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -42,6 +37,19 @@ system-deps:
 	    echo "error: missing system packages:$$missing (install them with: sudo apt-get install$$missing)" >&2; exit 2; \
 	  fi; \
 	fi
+
+db-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	$(INSTALL_MISSING)
+
+system-deps: db-deps
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v pg_prove >/dev/null 2>&1 || missing="$$missing libtap-parser-sourcehandler-pgtap-perl"; \
+	ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1 || missing="$$missing postgresql-$${PG_MAJOR:-15}-pgtap"; \
+	$(INSTALL_MISSING)
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+" >&2; exit 2; }
@@ -53,7 +61,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Prints the DSN it used as its last line.
-db: install system-deps
+db: install db-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi)}"; \
 	$(MIGRATE) \
 	echo "$$dsn"
@@ -63,7 +71,7 @@ stop-db:
 
 demo-stop: stop-db
 
-demo: install system-deps
+demo: install db-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi --dbname pepsi_demo)}"; \
 	$(MIGRATE) \
 	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.devtools.demo; \
@@ -95,7 +103,7 @@ chaos: install system-deps
 failover: install system-deps
 	$(PY) tests/chaos/failover.py
 
-bench: install system-deps
+bench: install db-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi --dbname pepsi_bench)}"; \
 	$(MIGRATE) \
 	PEPSI_DSN="$$dsn" $(PY) -m pepsi_dispatch.devtools.bench $(BENCH_ARGS)

@@ -12,7 +12,9 @@ starting an embedded cluster when the user has none). The demo
 4. prints a progress line every second (per stage: pending/running/paused; done,
    failed; messages per second) until every message is done or failed,
 5. stops the dispatcher with SIGTERM, checks it exits 0, and prints a summary of
-   what ``stage_stats`` / ``dispatch_stats`` gained during the run.
+   what ``stage_stats`` / ``dispatch_stats`` gained during the run,
+6. ends with what to try next on the demo's database: the one command that
+   opens the dashboard, and pepsi-queue commands.
 
 Exit status 0 on success; 1 when something went wrong (the reason is printed).
 No process is left behind: the dispatcher's workers end with it, and the demo
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import subprocess
@@ -239,7 +242,30 @@ def _drive(
         return 1
     say(f"demo: all {len(ids)} messages terminal after {elapsed:.1f} s; dispatcher exited 0")
     summary(conn, first, last, elapsed, stages_before, totals_before)
+    explore(conn, first, last)
     return 0
+
+
+def explore(conn: psycopg.Connection, first: int, last: int) -> None:
+    """What to try next, on this database: the dashboard and pepsi-queue."""
+    dsn = os.environ.get("PEPSI_DSN") or conn.info.dsn
+    row = conn.execute(
+        "SELECT max(workqueue_id) FROM pepsi.workqueue"
+        " WHERE workqueue_id BETWEEN %s AND %s AND status <> 'done'",
+        (first, last),
+    ).fetchone()
+    some = row[0] if row and row[0] is not None else last
+    bin_ = Path(sys.executable).parent
+    say()
+    say("Explore it (the demo's database keeps running until 'make demo-stop'):")
+    say(f"  export PEPSI_DSN={shlex.quote(dsn)}")
+    say(f"  {bin_}/pepsi-httpd --allow-actions     # the dashboard: http://127.0.0.1:9187/")
+    say(f"  {bin_}/pepsi-queue status")
+    say(f"  {bin_}/pepsi-queue failed --by-reason")
+    say(f"  {bin_}/pepsi-queue list --status failed --limit 10")
+    say(f"  {bin_}/pepsi-queue show {some}           # its attempts and errors")
+    say(f"  {bin_}/pepsi-queue requeue --stage extract")
+    say(f"  {bin_}/pepsi-queue enqueue fetch '{{\"doc_id\": 1}}'")
 
 
 def summary(

@@ -66,6 +66,9 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(dsn):
         assert "messages: done 290, failed 10 of 300" in out, out
         assert "docpipe.invoices: 290 rows stored" in out
         assert "retries exhausted" in out and "malformed document" in out
+        # It ends with what to try next on this database.
+        assert "pepsi-httpd --allow-actions" in out and "http://127.0.0.1:9187/" in out
+        assert "pepsi-queue failed --by-reason" in out and "pepsi-queue show " in out
         deadline = time.monotonic() + 5
         while processes_with(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -102,6 +105,7 @@ def test_make_demo_from_a_fresh_clone(tmp_path: Path):
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Summary" in result.stdout and "dispatcher exited 0" in result.stdout
+        assert "pepsi-httpd --allow-actions" in result.stdout
     finally:
         subprocess.run(["make", "stop-db"], cwd=clone, env=env, capture_output=True, timeout=120)
     assert processes_with(marker) == []
