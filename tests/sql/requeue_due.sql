@@ -56,10 +56,11 @@ SELECT results_eq(
 SELECT is((SELECT retries FROM pepsi.workqueue WHERE workqueue_id = :old_not_due), 1,
           'the old row was requeued since nothing expires');
 
--- No cap at all: default NULL and the stage not listed.
+-- No cap at all: default NULL and the stage not listed.  (Stages NULL, what
+-- the dispatcher passes, means the stage registry's caps: requeue_due_registry_policy.sql.)
 SELECT pg_temp.paused('q', 1000, '-1 s', '1 h') AS nocap \gset
 SELECT results_eq(
-    $$SELECT requeued, exhausted FROM pepsi.requeue_due(NULL, NULL, NULL, NULL)$$,
+    $$SELECT requeued, exhausted FROM pepsi.requeue_due('{}', '{}', NULL, NULL)$$,
     $$VALUES (1, 0)$$, 'with no max at all a row is always requeued');
 
 -- Stage max 0: the first due flip already fails.

@@ -46,9 +46,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Arguments of ``pepsi.requeue_due``: stages, their MAX_RETRIES, the default
-#: MAX_RETRIES for other stages, EXPIRY in seconds (None: never).
-RequeueArgs = tuple[list[str], list[int], int, float | None]
+#: Arguments of ``pepsi.requeue_due``: EXPIRY in seconds (None: never). The
+#: retry policy is the stage registry's (pepsi.stages), not an argument.
+RequeueArgs = tuple[float | None]
 #: Arguments of ``pepsi.claim``: stages, their capacities, the claim floors
 #: (aligned with the stages; None: unbounded).
 ClaimArgs = tuple[list[str], list[int], list[int | None] | None]
@@ -119,7 +119,7 @@ SQL_REQUEUE_DUE: Final = (
     "SELECT requeued, exhausted, expired,"
     " CASE WHEN isfinite(next_due) THEN next_due - statement_timestamp() END,"
     " exhausted_stages, exhausted_counts, expired_stages, expired_counts"
-    " FROM pepsi.requeue_due(%s::text[], %s::int[], %s::int, make_interval(secs => %s::float8))"
+    " FROM pepsi.requeue_due(NULL, NULL, NULL, make_interval(secs => %s::float8))"
 )
 SQL_PURGE: Final = "SELECT pepsi.purge_done(make_interval(secs => %s::float8), %s::int)"
 SQL_FLUSH_STATS: Final = (
@@ -428,18 +428,14 @@ class Database:
         )
         return int(n or 0)
 
-    def requeue_due(
-        self, stages: Sequence[str], max_retries: Sequence[int], default: int, expiry: float
-    ) -> Requeue:
-        """``pepsi.requeue_due`` with the retry policy."""
+    def requeue_due(self, expiry: float | None) -> Requeue:
+        """``pepsi.requeue_due``: each stage's MAX_RETRIES comes from the stage
+        registry; ``expiry`` is EXPIRY in seconds (None: nothing expires)."""
         work = self.work
         assert work is not None
 
         def run() -> Requeue:
-            row = work.execute(
-                SQL_REQUEUE_DUE, (list(stages), list(max_retries), default, expiry)
-            ).fetchone()
-            return _requeue(row)
+            return _requeue(work.execute(SQL_REQUEUE_DUE, (expiry,)).fetchone())
 
         return rerun_on_conflict(run, "requeue_due")
 

@@ -22,7 +22,7 @@ from typing import Protocol
 import psycopg
 
 from pepsi_dispatch.config import DispatchConfig
-from pepsi_dispatch.contract import DEFAULT_MAX_RETRIES, INF
+from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.calls import (
     ClaimArgs,
     Database,
@@ -54,14 +54,12 @@ class Plan:
 
 class StageRoom(Protocol):
     """What the round trip needs to know of the workers' side: how many ids
-    each stage can take now, and each stage's MAX_RETRIES. The loop passes the
-    supervisor; the database side never imports it."""
+    each stage can take now. The loop passes the supervisor; the database side
+    never imports it."""
 
     def capacity(self, now: float) -> tuple[list[str], list[int]]: ...
 
     def has_room(self, now: float) -> bool: ...
-
-    def max_retries(self) -> dict[str, int]: ...
 
 
 @dataclass
@@ -149,17 +147,9 @@ class RoundTrip:
         return INF if stopping else self.flip.deadline()
 
     def _requeue_args(self) -> RequeueArgs:
-        policy = self.rooms.max_retries()
-        stages = list(policy)
-        # Rows of stages no longer configured get the default cap.
         # EXPIRY = 0 means "never expire" (NULL), not "expire everything at once".
         expiry = self.dispatch_config.expiry
-        return (
-            stages,
-            [policy[s] for s in stages],
-            DEFAULT_MAX_RETRIES,
-            expiry if expiry > 0 else None,
-        )
+        return (expiry if expiry > 0 else None,)
 
     # == sending =================================================================
     def run(self, now: float) -> RoundTripFacts:

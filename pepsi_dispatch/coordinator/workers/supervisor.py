@@ -132,10 +132,6 @@ class Supervisor:
     def has_room(self, now: float) -> bool:
         return any(p.capacity(now) > 0 for p in self.pools.values())
 
-    def max_retries(self) -> dict[str, int]:
-        """Each configured stage's MAX_RETRIES (for the paused-row flip)."""
-        return {name: pool.config.max_retries for name, pool in self.pools.items()}
-
     def hold_off(self, stage: str, now: float, why: str) -> None:
         """Claim nothing for ``stage`` for a while (its cooldown), saying ``why``."""
         pool = self.pools.get(stage)
