@@ -10,7 +10,7 @@ MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { 
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
 # Phony targets.
-.PHONY: help db-deps system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover
+.PHONY: help db-deps system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover endurance
 
 help:
 	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint      ruff, and the package's layers (import-linter)"
 	@echo "make chaos     randomized fault soak, both modes (CHAOS_SECONDS=300 per mode, CHAOS_SEED, CHAOS_FAULTS)"
 	@echo "make failover  primary + synchronous hot standby; promote under load (tests/chaos/failover.py)"
+	@echo "make endurance steady half-capacity load, bounds on RSS/fds/latency/sizes (ENDURANCE_MINUTES=30; not in make test)"
 	@echo "make man       man/*.1, man/*.5 from --help and docs/CONFIG.md (the wheel installs them)"
 	@echo "make demo-stop stop the embedded PostgreSQL that make demo/db leave running"
 
@@ -102,6 +103,11 @@ chaos: install system-deps
 
 failover: install system-deps
 	$(PY) tests/chaos/failover.py
+
+# The endurance run (tests/endurance/run.py): ENDURANCE_MINUTES (30), ENDURANCE_WARMUP (5),
+# ENDURANCE_WINDOW (300 s), ENDURANCE_SAMPLE (60 s), ENDURANCE_RATE (default: half capacity).
+endurance: install system-deps
+	$(PY) tests/endurance/run.py
 
 bench: install db-deps
 	@dsn="$${PEPSI_DSN:-$$($(PY) -m pepsi_dispatch.devtools.embedded start .pepsi --dbname pepsi_bench)}"; \
