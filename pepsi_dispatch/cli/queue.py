@@ -213,19 +213,52 @@ def status(obj: _Ctx, as_json: bool, watch: bool, interval: timedelta, count: in
             raise click.BadParameter("at least 0.1 s", param_hint="--interval")
         watch_status(obj, interval.total_seconds(), count, as_json)
         return
-    rows = obj.conn().execute("SELECT stage, status, count FROM pepsi.queue_counts()").fetchall()
-    table: dict[str, dict[str, int]] = {}
-    for stage, st, n in rows:
-        table.setdefault(stage, {})[st] = int(n)
+    conn = obj.conn()
+    cur = conn.execute(
+        "SELECT stage, pending, running, paused, done, failed, timeout, expired"
+        " FROM pepsi.queue_overview()"
+    )
+    table = {r[0]: dict(zip(STATUSES, (int(n) for n in r[1:]), strict=True)) for r in cur}
+    health = _stage_health(conn)
     if as_json:
+        for stage, counts in table.items():
+            counts["health"] = health.get(stage, {"state": "unknown"})  # type: ignore[assignment]
         click.echo(json.dumps(table, sort_keys=True))
         return
     if not table:
         click.echo("the queue is empty")
-        _say_dispatchers(obj)
-        return
+    else:
+        _status_table(table, health)
+    _say_dispatchers(obj)
+
+
+def _stage_health(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
+    """pepsi.stage_health() by stage (state, cause, since as epoch, held_seconds)."""
+    rows = conn.execute(
+        "SELECT stage, state, cause, extract(epoch FROM since)::float8, held_seconds"
+        " FROM pepsi.stage_health()"
+    ).fetchall()
+    keys = ("state", "cause", "since", "held_seconds")
+    return {r[0]: {k: v for k, v in zip(keys, r[1:], strict=True) if v is not None} for r in rows}
+
+
+def _health_text(h: dict[str, Any]) -> str:
+    state = h.get("state", "unknown")
+    if state in ("held_off", "no_worker"):
+        return f"{'held off' if state == 'held_off' else 'NO WORKER'} {_seconds(h)}"
+    return state
+
+
+def _seconds(h: dict[str, Any]) -> str:
+    s = float(h.get("held_seconds") or 0.0)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def _status_table(table: dict[str, dict[str, int]], health: dict[str, dict[str, Any]]) -> None:
     width = max(5, *(len(s) for s in table))
-    click.echo(f"{'stage':<{width}}" + "".join(f" {s:>8}" for s in STATUSES) + f" {'total':>8}")
+    click.echo(
+        f"{'stage':<{width}}" + "".join(f" {s:>8}" for s in STATUSES) + f" {'total':>8}  health"
+    )
     totals = dict.fromkeys(STATUSES, 0)
     for stage in sorted(table):
         counts = table[stage]
@@ -234,14 +267,22 @@ def status(obj: _Ctx, as_json: bool, watch: bool, interval: timedelta, count: in
         click.echo(
             f"{stage:<{width}}"
             + "".join(f" {counts.get(s, 0):>8}" for s in STATUSES)
-            + f" {sum(counts.values()):>8}"
+            + f" {sum(counts.values()):>8}  {_health_text(health.get(stage, {}))}"
         )
     click.echo(
         f"{'TOTAL':<{width}}"
         + "".join(f" {totals[s]:>8}" for s in STATUSES)
         + f" {sum(totals.values()):>8}"
     )
-    _say_dispatchers(obj)
+    for stage in sorted(health):
+        h = health[stage]
+        if h.get("state") in ("held_off", "no_worker"):
+            since = datetime.fromtimestamp(h["since"], UTC).strftime("%Y-%m-%d %H:%M:%S")
+            what = "held off" if h["state"] == "held_off" else "held off, no worker running"
+            click.echo(
+                f"stage {stage}: {what} since {since} UTC ({_seconds(h)}):"
+                f" {h.get('cause') or 'cause unknown'}"
+            )
 
 
 def _say_dispatchers(obj: _Ctx) -> None:

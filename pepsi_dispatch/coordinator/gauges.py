@@ -1,9 +1,12 @@
 """The dispatcher's in-memory gauges, sent with each heartbeat (``pepsi.heartbeat`` v3).
 
 pepsi-httpd reads them from ``pepsi.dispatchers.gauges`` and exports them on
-``/metrics`` (see docs/OPERATIONS.md). This keeps HTTP out of the
-dispatcher's loop: the gauges ride on a write it does anyway, once per
-heartbeat interval, so they are at most that old.
+``/metrics`` (see docs/OPERATIONS.md); ``pepsi.stage_health`` reads each
+stage's health from them. This keeps HTTP out of the dispatcher's loop: the
+gauges ride on a write it does anyway, once per heartbeat interval, and the
+loop sends them early (at most once a second) when :func:`signature` changes
+-- a worker started or stopped, a stage held off or serving again -- so they
+are current within about a second of a change, not POLL_INTERVAL.
 """
 
 from __future__ import annotations
@@ -24,6 +27,22 @@ def worker_state(w: Any) -> str:
     return "busy" if w.inflight else "idle"
 
 
+def signature(pools: Mapping[str, StagePool], leftover: Iterable[StagePool]) -> tuple[Any, ...]:
+    """What, when it changes, is worth an early heartbeat: per stage, its worker
+    processes by state and its health state (not the seconds held off)."""
+    out: list[Any] = []
+    for pool in [*pools.values(), *leftover]:
+        states = [0, 0, 0, 0]
+        for w in pool.workers:
+            states[_STATE_INDEX[worker_state(w)]] += 1
+        health = "paused" if pool.config.paused else pool.held_since is not None
+        out.append((pool.name, *states, health, len(pool.workers) == 0, pool.held_cause))
+    return tuple(out)
+
+
+_STATE_INDEX = {"busy": 0, "idle": 1, "retiring": 2, "stopping": 3}
+
+
 def collect(
     pools: Mapping[str, StagePool],
     leftover: Iterable[StagePool],
@@ -31,10 +50,12 @@ def collect(
     round_trips: int,
     stats: Stats,
     heartbeat_interval: float,
+    now: float,
 ) -> dict[str, Any]:
     """A JSON-able snapshot of the gauges and since-start counters: the live
     stage ``pools`` (and the ``leftover`` pools of stages a reload removed),
-    the ids held, the database round trips and the statistics."""
+    each stage's health at ``now`` (monotonic), the ids held, the database
+    round trips and the statistics."""
     workers: dict[str, dict[str, int]] = {}
     inflight: dict[str, int] = {}
     for pool in [*pools.values(), *leftover]:
@@ -51,6 +72,7 @@ def collect(
         "inflight": inflight,
         "inflight_ids": inflight_ids,
         "paused_stages": sorted(n for n, p in pools.items() if p.config.paused),
+        "stages": {name: pool.health(now) for name, pool in pools.items()},
         "round_trips": round_trips,
         "claims": st.claims,
         "messages": st.total_messages,

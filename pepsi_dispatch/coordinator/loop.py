@@ -52,6 +52,9 @@ from pepsi_dispatch.errors import FatalError
 
 log = logging.getLogger(__name__)
 
+#: Changed gauges (workers started or stopped, a stage held off) go out this
+#: soon at the earliest, ahead of the heartbeat: at most one extra write a second.
+GAUGES_MIN_INTERVAL = 1.0
 #: Retention: done rows deleted per purge_done call and calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
@@ -127,6 +130,8 @@ class Dispatcher:
         self.signals = SelfPipe()
         self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
         self.heartbeat_duties = self._heartbeat_duties()
+        self.gauges_sent: tuple[float, tuple[object, ...]] = (-INF, ())  # when, signature
+        self.gauges_due = INF  # when changed gauges may go out (rate limit); INF: none wait
 
     def _database_side(self, now: float) -> None:
         """The database side's parts (coordinator/database/), sharing the fence."""
@@ -248,6 +253,7 @@ class Dispatcher:
                     self.reload_if_changed = False
                 if db_ready:
                     self._database_work(now)
+                    self._early_gauges(now)
                 if self.shutting_down and not self.supervisor.all():
                     return self._finish_shutdown()
         finally:
@@ -278,7 +284,7 @@ class Dispatcher:
             )
         else:
             t = link.reconnect_at
-        t = min(t, self.shutdown_deadline, self.systemd_watchdog.due())
+        t = min(t, self.shutdown_deadline, self.systemd_watchdog.due(), self.gauges_due)
         t = min(t, self.supervisor.watchdogs.next_deadline(now))
         return t - now
 
@@ -336,6 +342,43 @@ class Dispatcher:
             self.supervisor.place(facts.claimed, now, self.clock)
         self.stats_flush.run(now)
 
+    def _gauges(self, now: float) -> dict[str, object]:
+        return gauges.collect(
+            self.supervisor.pools,
+            self.supervisor.leftover,
+            self.ledger.holding(),
+            self.round_trip.count,
+            self.stats,
+            self.heartbeat_interval,
+            now,
+        )
+
+    def _gauge_signature(self) -> tuple[object, ...]:
+        return gauges.signature(self.supervisor.pools, self.supervisor.leftover)
+
+    def _early_gauges(self, now: float) -> None:
+        """Send the gauges before the heartbeat when workers or stage health
+        changed, at most once every GAUGES_MIN_INTERVAL (a heartbeat without its
+        other duties: those stay on the heartbeat's own timer)."""
+        if self.shutting_down:
+            self.gauges_due = INF
+            return
+        sent_at, sent = self.gauges_sent
+        sig = self._gauge_signature()
+        if sig == sent:
+            self.gauges_due = INF
+            return
+        if now < sent_at + GAUGES_MIN_INTERVAL:
+            self.gauges_due = sent_at + GAUGES_MIN_INTERVAL
+            return
+        self.gauges_due = INF
+        try:
+            self.db.heartbeat(self.dispatcher_id, self._gauges(now))
+        except psycopg.Error as exc:
+            self.link.lost(now, exc)
+            return
+        self.gauges_sent = (now, sig)
+
     def _beat(self, now: float) -> None:
         """The heartbeat: say we are alive, with the gauges; renew LISTEN. While
         stopping only say we are alive: in competing mode a replica whose heartbeat
@@ -348,17 +391,8 @@ class Dispatcher:
         # are claimed at the latest on this tick (when busy, within about a second:
         # a claim in the same round trip as requeue_due goes unbounded).
         self.ledger.forget_floors()
-        self.db.heartbeat(
-            self.dispatcher_id,
-            gauges.collect(
-                self.supervisor.pools,
-                self.supervisor.leftover,
-                self.ledger.holding(),
-                self.round_trip.count,
-                self.stats,
-                self.heartbeat_interval,
-            ),
-        )
+        self.db.heartbeat(self.dispatcher_id, self._gauges(now))
+        self.gauges_sent = (now, self._gauge_signature())
         self.db.ping_listen()
         self._on_listen(now)  # notifications that arrived during the ping
         self.flip.due_now(now)

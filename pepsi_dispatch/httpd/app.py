@@ -3,6 +3,11 @@
 Thread-safe: ThreadingHTTPServer serves each request in a thread; the
 connection is used under a lock (a scrape is one call, so requests wait at
 most one snapshot query for each other).
+
+Everything comes from the database: the stage graph from the stage registry
+the dispatcher writes (``pepsi.stages``), stage health from the dispatchers'
+heartbeats. pepsi-httpd needs a DSN and nothing of the dispatcher's
+configuration.
 """
 
 from __future__ import annotations
@@ -17,23 +22,31 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..config import Config, ConfigError, apply_overlay
-
 log = logging.getLogger(__name__)
 
 #: Seconds a snapshot is served from memory: a scrape costs at most one query a second.
 CACHE_SECONDS = 1.0
-#: Samples kept for the throughput chart (one per snapshot, at most one a second).
-RING_SIZE = 600
-#: The sampler takes a snapshot this often, so the throughput chart has a history
+#: Samples kept for the charts (one per snapshot, at most one a second).
+RING_SIZE = 1800
+#: The sampler takes a snapshot this often, so the charts have a history
 #: when someone opens the dashboard (one query per SAMPLE_EVERY seconds at most).
 SAMPLE_EVERY = 5.0
-#: Rows on the dashboard's failures list.
-FAILED_ROWS = 200
+#: Rows on one page of the dashboard's message list (and at most this many per action).
+LIST_ROWS = 100
+LIST_ROWS_MAX = 1000
+#: Default of --held-off-limit: a stage with pending messages held off longer
+#: than this makes /healthz answer 503.
+HELD_OFF_LIMIT = 60.0
+#: Statuses of pepsi.workqueue, in the order the dashboard shows them.
+STATUSES = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
+#: Stage health states that mean "not serving" (stage_health).
+HELD_STATES = ("held_off", "no_worker")
+
+MIGRATE_HINT = "run `pepsi-queue migrate`"
 
 
 class DatabaseDown(Exception):
-    """The database did not answer, or refused to (message says why)."""
+    """The database did not answer, or refused to; the message is the whole line to show."""
 
 
 class ActionRefused(DatabaseDown):
@@ -45,8 +58,13 @@ def _refused(exc: psycopg.Error, user: str) -> str:
     """One line for an error the database answered with (permission, no schema)."""
     msg = (exc.diag.message_primary or str(exc)).strip()
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return f"{msg}; GRANT pepsi_dashboard TO {user}"
-    return msg
+        return f"database refused: {msg}; GRANT pepsi_dashboard TO {user}"
+    if isinstance(exc, psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedFunction):
+        return (
+            "the database is not migrated (no pepsi schema, or an older one without the"
+            f" dashboard's functions): {MIGRATE_HINT} ({msg})"
+        )
+    return f"database refused: {msg}"
 
 
 @dataclass
@@ -56,10 +74,59 @@ class Snapshot:
     seconds: float  # how long the query took
 
 
+def _sum_histograms(hists: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One histogram of several with the same bounds (dispatchers' service times)."""
+    out: dict[str, Any] | None = None
+    for h in hists:
+        bounds, counts = h.get("bounds") or [], h.get("counts") or []
+        if len(counts) != len(bounds) + 1:
+            continue
+        if out is None:
+            out = {"bounds": list(bounds), "counts": list(counts)}
+        elif out["bounds"] == list(bounds):
+            out["counts"] = [a + b for a, b in zip(out["counts"], counts, strict=True)]
+    return out
+
+
+def stage_samples(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage: processed, failures counted, and the live dispatchers' service histogram."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in data.get("stage_stats") or []:
+        out[s["stage"]] = {
+            "processed": s["processed"],
+            "failures": s["failed"] + s["timeouts"] + s["crashes"],
+        }
+    hists: dict[str, list[dict[str, Any]]] = {}
+    for d in data.get("dispatchers") or []:
+        if not d.get("live"):
+            continue
+        for stage, h in ((d.get("gauges") or {}).get("service_seconds") or {}).items():
+            hists.setdefault(stage, []).append(h)
+    for stage, hs in hists.items():
+        summed = _sum_histograms(hs)
+        if summed is not None:
+            out.setdefault(stage, {"processed": 0, "failures": 0})["service"] = summed
+    return out
+
+
+def held_too_long(data: dict[str, Any], limit: float) -> list[dict[str, Any]]:
+    """Stages with pending messages held off (or with no worker) for longer than ``limit`` s."""
+    return [
+        h
+        for h in data.get("stage_health") or []
+        if h.get("state") in HELD_STATES
+        and (h.get("pending") or 0) > 0
+        and (h.get("held_seconds") or 0.0) > limit
+    ]
+
+
 class App:
-    def __init__(self, config: Config, allow_actions: bool) -> None:
-        self.config = config
+    def __init__(
+        self, dsn: str, allow_actions: bool, held_off_limit: float = HELD_OFF_LIMIT
+    ) -> None:
+        self.dsn = dsn
         self.allow_actions = allow_actions
+        self.held_off_limit = held_off_limit
         self._conn: psycopg.Connection | None = None
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
@@ -81,7 +148,7 @@ class App:
     # -- database -----------------------------------------------------------------
     def _connect(self) -> psycopg.Connection:
         conn = psycopg.connect(
-            self.config.dsn,
+            self.dsn,
             autocommit=True,
             application_name="pepsi-httpd",
             connect_timeout=5,
@@ -106,13 +173,27 @@ class App:
                         self._conn.close()
                     self._conn = None
                     if attempt == 2:
-                        raise DatabaseDown(str(exc).strip().splitlines()[0]) from None
+                        first = str(exc).strip().splitlines()[0]
+                        raise DatabaseDown(f"database unavailable: {first}") from None
                 except psycopg.DataError as exc:  # the request's data: the client's
                     raise ActionRefused(_refused(exc, "?")) from None
                 except psycopg.Error as exc:  # it answered, with an error: no retry
                     user = self._conn.info.user if self._conn is not None else "?"
                     raise DatabaseDown(_refused(exc, user)) from None
             raise AssertionError("unreachable")
+
+    def check_database(self) -> str | None:
+        """At start: None when the database answers at head, else the line saying why not.
+
+        A DSN that does not parse raises ``psycopg.ProgrammingError`` (the caller
+        exits 2: nothing would ever work).
+        """
+        psycopg.conninfo.conninfo_to_dict(self.dsn)  # raises on a malformed DSN
+        try:
+            self.snapshot()
+        except DatabaseDown as exc:
+            return str(exc)
+        return None
 
     def close(self) -> None:
         self._stop.set()
@@ -149,46 +230,66 @@ class App:
                 "t": data.get("now"),
                 "processed": sum(s["processed"] for s in stats),
                 "failed": sum(s["failed"] + s["timeouts"] + s["crashes"] for s in stats),
+                "failed_rows": sum(by_status.get(s, 0) for s in ("failed", "timeout", "expired")),
                 "done": by_status.get("done", 0),
                 "pending": by_status.get("pending", 0),
                 "running": by_status.get("running", 0),
+                "stages": stage_samples(data),
             }
         )
 
     # -- views ----------------------------------------------------------------------
-    def graph(self, data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """Stages of the configuration with the database overlay on top."""
-        error = None
-        config = self.config
-        try:
-            config = apply_overlay(config, [tuple(r) for r in data.get("overlay") or []])
-        except ConfigError as exc:
-            error = f"the database overlay does not apply: {exc}"
-        stages = {
-            s.name: {
-                "name": s.name,
-                "next": list(s.next),
-                "paused": s.paused,
-                "parallelism": s.parallelism,
-                "queue_limit": s.queue_limit,
-            }
-            for s in config.stages.values()
+    def graph(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The stages of the registry the dispatcher wrote, with health and PAUSED.
+
+        Stages that have rows but are not registered (a stage a reload removed)
+        are shown too, without edges.
+        """
+        health = {h["stage"]: h for h in data.get("stage_health") or []}
+        overlay_paused = {
+            section[len("stage-") :]
+            for section, option, value in data.get("overlay") or []
+            if section.startswith("stage-")
+            and option.upper() == "PAUSED"
+            and str(value).strip().lower() in ("yes", "true", "on", "1")
         }
-        return stages, error
+        stages: dict[str, Any] = {}
+        for s in data.get("stages") or []:
+            name = s["stage"]
+            h = health.get(name) or {}
+            stages[name] = {
+                "name": name,
+                "next": list(s.get("next") or []),
+                "registered": True,
+                "paused": h.get("state") == "paused" or name in overlay_paused,
+                "parallelism": s.get("parallelism"),
+                "queue_limit": s.get("queue_limit"),
+                "max_retries": s.get("max_retries"),
+                "health": h,
+            }
+        for q in data.get("queue") or []:
+            if q["stage"] not in stages:
+                stages[q["stage"]] = {
+                    "name": q["stage"],
+                    "next": [],
+                    "registered": False,
+                    "paused": q["stage"] in overlay_paused,
+                    "health": health.get(q["stage"]) or {},
+                }
+        return stages
 
     def overview(self) -> dict[str, Any]:
         snap = self.snapshot()
         data = snap.data
-        stages, error = self.graph(data)
         counts: dict[str, dict[str, int]] = {}
         for q in data.get("queue") or []:
             c = counts.setdefault(q["stage"], {})
             key = "failed" if q["status"] in ("failed", "timeout", "expired") else q["status"]
             c[key] = c.get(key, 0) + q["count"]
+        live = [d for d in data.get("dispatchers") or [] if d.get("live")]
         return {
             "allow_actions": self.allow_actions,
-            "stages": stages,
-            "config_error": error,
+            "stages": self.graph(data),
             "counts": counts,
             "oldest_pending": data.get("oldest_pending") or {},
             "retries_due": data.get("retries_due") or {},
@@ -199,19 +300,43 @@ class App:
                 | {"workers": (d.get("gauges") or {}).get("workers", {})}
                 for d in data.get("dispatchers") or []
             ],
+            "dispatcher_live": bool(live) and bool(data.get("dispatcher_session", True)),
+            "held_off_limit": self.held_off_limit,
+            "held_too_long": held_too_long(data, self.held_off_limit),
             "failure_reasons": data.get("failure_reasons") or [],
             "samples": list(self.samples),
             "now": data.get("now"),
         }
 
+    def messages(
+        self,
+        status: str | None,
+        stage: str | None,
+        older_than: float | None,
+        match: str | None,
+        group: str | None,
+        limit: int,
+        before: int | None,
+    ) -> list[dict[str, Any]]:
+        """One page of ``pepsi.dashboard_messages`` (match: a JSON object text)."""
+        return self.query(
+            "SELECT workqueue_id, stage, status, kind, retries,"
+            " extract(epoch FROM due)::float8 AS due, reason, payload_preview,"
+            " extract(epoch FROM created_at)::float8 AS created_at,"
+            " extract(epoch FROM updated_at)::float8 AS updated_at"
+            " FROM pepsi.dashboard_messages(%s, %s, make_interval(secs => %s::float8),"
+            " %s::jsonb, %s, %s, %s)",
+            (status, stage, older_than, match, group, limit, before),
+        )
+
     def failed(self, reason: str | None, stage: str | None) -> list[dict[str, Any]]:
-        rows = self.query(
+        """Failed rows whose raw reason is ``reason`` (``/api/failures``, kept for scripts)."""
+        return self.query(
             "SELECT workqueue_id, stage, status, retries, error,"
             " extract(epoch FROM updated_at)::float8 AS updated_at"
             " FROM pepsi.dashboard_failed(%s, %s, %s)",
-            (reason, stage, FAILED_ROWS),
+            (reason, stage, LIST_ROWS_MAX),
         )
-        return rows
 
     def message(self, wid: int) -> dict[str, Any] | None:
         rows = self.query("SELECT pepsi.dashboard_message(%s) AS m", (wid,))
@@ -235,6 +360,9 @@ class App:
         self.invalidate()
         return changed
 
+    def known_stage(self, stage: str) -> bool:
+        """Is ``stage`` in the stage registry (the pause button's check)?"""
+        return stage in {s["stage"] for s in self.snapshot().data.get("stages") or []}
+
     def paused_map(self, data: dict[str, Any]) -> dict[str, bool]:
-        stages, _ = self.graph(data)
-        return {name: s["paused"] for name, s in stages.items()}
+        return {name: s["paused"] for name, s in self.graph(data).items()}

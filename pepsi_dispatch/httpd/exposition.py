@@ -77,6 +77,14 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
     for q in snap.get("queue") or []:
         depth.add_metric([q["stage"], q["status"]], q["count"])
     yield depth
+    oldest = GaugeMetricFamily(
+        "pepsi_queue_oldest_age_seconds",
+        "Seconds since the oldest row of a stage and status last changed (0 when none).",
+        labels=["stage", "status"],
+    )
+    for q in snap.get("queue") or []:
+        oldest.add_metric([q["stage"], q["status"]], float(q.get("oldest_age") or 0.0))
+    yield oldest
     age = GaugeMetricFamily(
         "pepsi_queue_oldest_pending_age_seconds",
         "Seconds since the oldest pending row of a stage became pending.",
@@ -99,8 +107,35 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
     for stage, is_paused in sorted(paused.items()):
         fam.add_metric([stage], 1 if is_paused else 0)
     yield fam
+    yield from _health_families(snap)
     yield from _liveness_families(snap)
     yield from _dispatcher_families(snap.get("dispatchers") or [])
+
+
+#: The states of pepsi.stage_health, each a series of pepsi_stage_health.
+HEALTH_STATES = ("serving", "held_off", "no_worker", "paused", "unknown")
+
+
+def _health_families(snap: dict[str, Any]) -> Iterator[Metric]:
+    """Each stage's health as its dispatchers report it (one series per state, 1 or 0)."""
+    state = GaugeMetricFamily(
+        "pepsi_stage_health",
+        "1 for the stage's current health state: serving, held_off (new workers held off"
+        " after a failure), no_worker (held off and no worker running), paused, unknown"
+        " (no live dispatcher reports the stage); 0 for the others.",
+        labels=["stage", "state"],
+    )
+    held = GaugeMetricFamily(
+        "pepsi_stage_held_off_seconds",
+        "Seconds the stage has been held off (held_off or no_worker); 0 otherwise.",
+        labels=["stage"],
+    )
+    for h in snap.get("stage_health") or []:
+        for s in HEALTH_STATES:
+            state.add_metric([h["stage"], s], 1 if h.get("state") == s else 0)
+        held.add_metric([h["stage"]], float(h.get("held_seconds") or 0.0))
+    yield state
+    yield held
 
 
 def _liveness_families(snap: dict[str, Any]) -> Iterator[Metric]:

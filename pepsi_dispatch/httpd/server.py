@@ -6,10 +6,13 @@ Routes:
   GET  /metrics            Prometheus text (exposition.py)
   GET  /healthz            200 "ok" while the database answers and a dispatcher is live
                            (registered, its session connected, and a session holding the
-                           dispatcher lock), else 503
-  GET  /, /failures, /message/ID   the dashboard (one page, static/app.js renders the route)
-  GET  /static/NAME        our own JS and CSS (package data; no CDN)
-  GET  /api/overview, /api/failures?reason=&stage=, /api/message/ID   JSON for the dashboard
+                           dispatcher lock), and no stage with pending messages has been
+                           held off longer than --held-off-limit; else 503 with the reason
+  GET  /, /messages, /failures, /message/ID   the dashboard (one page, static/app.js
+                           renders the route)
+  GET  /static/NAME, /favicon.ico   our own JS, CSS and icon (package data; no CDN)
+  GET  /api/overview, /api/messages?status=&stage=&older_than=&where=&group=&limit=&before=,
+       /api/failures?reason=&stage=, /api/message/ID   JSON for the dashboard
   POST /api/requeue {"ids": [...]}, /api/cancel {"ids": [...]},
        /api/pause {"stage": S, "paused": bool}
        only with --allow-actions (else 403); each is one pepsi.dashboard_* function.
@@ -19,8 +22,10 @@ listen address, localhost, or an --allowed-host name; guard.py), and an Origin
 header must match it: else 421/403 with the reason. Connections are capped and
 must deliver their request within --request-timeout (limits.py).
 
-The database is PEPSI_DSN, else [database] DSN of the configuration; connect
-as a login role in pepsi_dashboard (docs/OPERATIONS.md).
+The database is PEPSI_DSN, else [database] DSN of the configuration (-c);
+nothing else of the configuration is needed: the stage graph comes from the
+registry the dispatcher writes. Connect as a login role in pepsi_dashboard
+(docs/OPERATIONS.md).
 """
 
 from __future__ import annotations
@@ -37,13 +42,23 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import click
+import psycopg
 
 from .. import __version__
 from ..cli.shell import config_option, run_click, version_option
-from ..config import load_config
+from ..config import ConfigError, load_config, parse_time
 from ..errors import UsageError
 from . import exposition
-from .app import ActionRefused, App, DatabaseDown
+from .app import (
+    HELD_OFF_LIMIT,
+    LIST_ROWS,
+    LIST_ROWS_MAX,
+    STATUSES,
+    ActionRefused,
+    App,
+    DatabaseDown,
+    held_too_long,
+)
 from .guard import HostGuard
 from .limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, BoundedHTTPServer
 
@@ -57,7 +72,7 @@ STATIC_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".svg": "image/svg+xml",
 }
-PAGE_ROUTES = re.compile(r"^/(?:failures|message/\d+)?$")
+PAGE_ROUTES = re.compile(r"^/(?:failures|messages|message/\d+)?$")
 MAX_BODY = 64 * 1024
 #: Message ids are bigint: a larger one names no message (and would reach
 #: PostgreSQL as numeric, matching no function).
@@ -133,6 +148,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._healthz()
             elif PAGE_ROUTES.match(path):
                 self._page()
+            elif path == "/favicon.ico":
+                self._send(200, _static("favicon.svg") or b"", STATIC_TYPES[".svg"])
             elif path.startswith("/static/"):
                 body = _static(path[len("/static/") :])
                 if body is None:
@@ -142,16 +159,20 @@ class Handler(BaseHTTPRequestHandler):
                     self._send(200, body, STATIC_TYPES[ext])
             elif not self._api_get(path, url.query):
                 self._text(404, "not found\n")
+        except (ValueError, ConfigError) as exc:
+            self._json(400, {"error": f"bad request: {exc}"})
         except DatabaseDown as exc:
             if path.startswith("/api/"):
-                self._json(503, {"error": f"database unavailable: {exc}"})
+                self._json(503, {"error": str(exc)})
             else:
-                self._text(503, f"database unavailable: {exc}\n")
+                self._text(503, f"{exc}\n")
 
     def _api_get(self, path: str, query: str) -> bool:
         """GET /api/...; False if no such route."""
         if path == "/api/overview":
             self._json(200, self.app.overview())
+        elif path == "/api/messages":
+            self._json(200, {"rows": self.app.messages(*_list_filters(parse_qs(query)))})
         elif path == "/api/failures":
             q = parse_qs(query)
             reason = q.get("reason", [None])[0]
@@ -186,7 +207,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             snap = self.app.snapshot()
         except DatabaseDown as exc:
-            self._text(503, f"database unavailable: {exc}\n")
+            self._text(503, f"{exc}\n")
             return
         live = [d for d in snap.data.get("dispatchers") or [] if d.get("live")]
         if not live:
@@ -199,6 +220,10 @@ class Handler(BaseHTTPRequestHandler):
                 "no dispatcher session: no one holds the dispatcher lock, though a heartbeat"
                 " is recent (a dispatcher killed, or reconnecting)\n",
             )
+            return
+        held = held_too_long(snap.data, self.app.held_off_limit)
+        if held:
+            self._text(503, "".join(_held_line(h) for h in held))
             return
         self._text(200, f"ok: {len(live)} live dispatcher(s)\n")
 
@@ -247,7 +272,7 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/api/pause":
                 stage = body["stage"]
                 paused = body["paused"]
-                if not isinstance(paused, bool) or stage not in self.app.config.stages:
+                if not isinstance(paused, bool) or not self.app.known_stage(stage):
                     raise ValueError(f"unknown stage {stage!r} or bad 'paused'")
                 changed = self.app.pause(stage, paused)
                 self._json(200, {"changed": changed})
@@ -262,7 +287,48 @@ class Handler(BaseHTTPRequestHandler):
         except ActionRefused as exc:
             self._json(400, {"error": f"refused: {exc}"})
         except DatabaseDown as exc:
-            self._json(503, {"error": f"database unavailable: {exc}"})
+            self._json(503, {"error": str(exc)})
+
+
+def _held_line(h: dict[str, Any]) -> str:
+    return (
+        f"stage {h['stage']} {h['state'].replace('_', ' ')} for {h['held_seconds']:.0f} s"
+        f" with {h['pending']} pending message(s): {h.get('cause') or 'cause unknown'}\n"
+    )
+
+
+def _list_filters(
+    q: dict[str, list[str]],
+) -> tuple[str | None, str | None, float | None, str | None, str | None, int, int | None]:
+    """The message list's filters from a query string (ValueError when one is malformed)."""
+
+    def one(name: str) -> str | None:
+        return (q.get(name) or [""])[0].strip() or None
+
+    status = one("status")
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}")
+    older = one("older_than")
+    where = one("where")
+    if where is not None:
+        if not isinstance(json.loads(where), dict):
+            raise ValueError("'where' must be a JSON object (payload containment)")
+    limit = int(one("limit") or LIST_ROWS)
+    before = one("before")
+    return (
+        status,
+        one("stage"),
+        parse_duration(older) if older else None,
+        where,
+        one("group"),
+        max(1, min(limit, LIST_ROWS_MAX)),
+        int(before) if before else None,
+    )
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of ``90s``, ``10m``, ``1h30m`` or the configuration's ``5 min`` form."""
+    return parse_time(re.sub(r"(\d)m(?![a-z])", r"\1 min", text.strip(), flags=re.IGNORECASE))
 
 
 def _is_bigint(value: Any) -> bool:
@@ -330,6 +396,14 @@ def make_server(
     help="A connection that has not sent its whole request (headers and body) this"
     " long after it opened is closed.",
 )
+@click.option(
+    "--held-off-limit",
+    metavar="DURATION",
+    default=None,
+    help="/healthz answers 503 once a stage with pending messages has been held off this"
+    " long (e.g. 90s, 2m; default: [pepsi-httpd] HELD_OFF_LIMIT of the configuration,"
+    f" else {HELD_OFF_LIMIT:.0f} s).",
+)
 @click.option("-L", "--log-level", default="INFO", show_default=True, help="Logging level.")
 @version_option(PROG)
 def cli(
@@ -339,14 +413,29 @@ def cli(
     allowed_hosts: tuple[str, ...],
     max_connections: int,
     request_timeout: float,
+    held_off_limit: str | None,
     log_level: str,
 ) -> int:
-    """Serve /metrics, /healthz and the web dashboard of a pepsi work queue."""
+    """Serve /metrics, /healthz and the web dashboard of a pepsi work queue.
+
+    Needs only a database: PEPSI_DSN, else [database] DSN of the configuration.
+    """
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s pepsi-httpd %(levelname)s %(message)s"
     )
     config = load_config(config_path)
-    app = App(config, allow_actions)
+    limit = _held_off_limit(held_off_limit, config.sections.get("pepsi-httpd", {}))
+    app = App(config.dsn, allow_actions, limit)
+    try:
+        problem = app.check_database()
+    except psycopg.ProgrammingError:
+        # (Not the parser's text: it quotes the DSN, password and all.)
+        raise UsageError(
+            "the database DSN (PEPSI_DSN, else [database] DSN) does not parse: write"
+            " key=value pairs or a postgresql://user@host/dbname URI"
+        ) from None
+    if problem:
+        log.error("at start: %s (serving 503 until that changes)", problem)
     try:
         server = make_server(app, listen, allowed_hosts, max_connections, request_timeout)
     except OSError as exc:
@@ -371,6 +460,19 @@ def cli(
         server.server_close()
         app.close()
     return 0
+
+
+def _held_off_limit(option: str | None, section: dict[str, str]) -> float:
+    """--held-off-limit, else [pepsi-httpd] HELD_OFF_LIMIT, else the default (seconds)."""
+    text, where = option, "--held-off-limit"
+    if text is None and "HELD_OFF_LIMIT" in section:
+        text, where = section["HELD_OFF_LIMIT"], "[pepsi-httpd] HELD_OFF_LIMIT"
+    if text is None:
+        return HELD_OFF_LIMIT
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -84,7 +84,16 @@ def settle_exit(
         and w.answers_received == 0
         and not shutting_down
     ):
-        pool.start_cooldown(now, f"worker pid {w.pid} died before answering anything")
+        pool.start_cooldown(
+            now,
+            f"worker pid {w.pid} {describe_exit(rc).removeprefix('worker ')}"
+            f" before answering anything{_last_words(w)}",
+        )
+
+
+def _last_words(w: WorkerProcess) -> str:
+    """The worker's last stderr line, for a cooldown's cause (often the real reason)."""
+    return f"; its last stderr line: {w.last_stderr}" if w.last_stderr else ""
 
 
 def log_exit(
@@ -177,7 +186,7 @@ def _cool_down(
         pool.start_cooldown(
             now,
             f"worker pid {w.pid} {exit_text} before reading its input"
-            f" ({n + n_undelivered} message(s) stay pending)",
+            f" ({n + n_undelivered} message(s) stay pending){_last_words(w)}",
         )
         return True
     # "I could not reach the database; nothing I held is done."

@@ -38,6 +38,9 @@ READ_CHUNK = 65536
 #: An answer line longer than this is cut to its first MAX_LINE bytes (one
 #: answer); the rest of it is discarded up to its newline.
 MAX_ANSWER_LINE = 65536
+#: A worker's last stderr line is kept up to this many characters (a stage's
+#: held-off cause on the heartbeat quotes it).
+LAST_STDERR_CHARS = 300
 #: stderr lines longer than this are cut before they reach the log.
 MAX_STDERR_LINE = 8192
 
@@ -214,8 +217,7 @@ class WorkerProcess:
         self.sent = 0
         #: answers received in its life (a crash before any answer → cooldown).
         self.answers_received = 0
-        #: where it is in its life (see :class:`Life`); changed only by retire(),
-        #: stop(), terminate() and kill().
+        #: where it is in its life (:class:`Life`); only retire/stop/terminate/kill change it.
         self.life = Life.RUNNING
         self._retired = False
         #: when a stopping worker is killed if still there (0 = the shutdown deadline).
@@ -225,6 +227,7 @@ class WorkerProcess:
         #: stdout reached EOF (the child is exiting or closed it); see saw_eof().
         self.eof = False
         self.eof_at = 0.0
+        self.last_stderr = ""  # its last non-empty stderr line: a held-off cause quotes it
         #: monotonic time it last had nothing in flight (idle reap).
         self.idle_since = time.monotonic()
         self._out_partial = b""
@@ -408,6 +411,7 @@ class WorkerProcess:
                 if self._err_partial and not self._err_skipping:
                     out.append(self._err_partial.decode("utf-8", "replace"))
                 self._err_partial = b""
+                self._note_stderr(out)
                 return out or None
             buf = self._err_partial + data
             lines = buf.split(b"\n")
@@ -425,7 +429,14 @@ class WorkerProcess:
             self._err_partial = partial
             if len(data) < READ_CHUNK:
                 break
+        self._note_stderr(out)
         return out
+
+    def _note_stderr(self, lines: list[str]) -> None:
+        for line in reversed(lines):
+            if line.strip():
+                self.last_stderr = line.strip()[:LAST_STDERR_CHARS]
+                return
 
     # -- stopping ---------------------------------------------------------------
     def close_stdin(self) -> None:

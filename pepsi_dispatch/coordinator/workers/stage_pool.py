@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pepsi_dispatch.backoff import Backoff
 from pepsi_dispatch.config import StageConfig
@@ -48,6 +49,11 @@ class StagePool:
         self.cooldown_until = 0.0
         #: delay of the next cooldown (1 s doubling to 60 s; reset by an answer).
         self.cooldown = Backoff(COOLDOWN_FIRST, COOLDOWN_MAX)
+        #: monotonic time of the first cooldown since a worker last answered
+        #: (None: not held off) and the latest cooldown's reason: the stage's
+        #: health on the heartbeat (:meth:`health`).
+        self.held_since: float | None = None
+        self.held_cause: str | None = None
         #: warm spares: started, handed nothing, holding no slot (pids in ``workers``).
         self.spares: set[int] = set()
         #: workers that drained at MAX_MESSAGES and gave their slot up while exiting.
@@ -256,6 +262,9 @@ class StagePool:
         if now < self.cooldown_until:
             log.debug("stage %s: %s (already cooling down)", self.name, why)
             return
+        if self.held_since is None:
+            self.held_since = now
+        self.held_cause = why
         delay = self.cooldown.next()
         self.cooldown_until = now + delay
         log.warning("stage %s: %s; holding off new workers for %.0f s", self.name, why, delay)
@@ -263,6 +272,35 @@ class StagePool:
     def success(self) -> None:
         """A worker answered: the stage works, forget the cooldown history."""
         self.cooldown.reset()
+        self.held_since = None
+        self.held_cause = None
+
+    def take_history(self, old: StagePool) -> None:
+        """After a reload: the cooldown and hold-off of the stage's previous pool."""
+        self.cooldown_until = old.cooldown_until
+        self.cooldown = old.cooldown
+        self.held_since = old.held_since
+        self.held_cause = old.held_cause
+
+    def health(self, now: float) -> dict[str, Any]:
+        """The stage's health for the heartbeat (``pepsi.stage_health`` reads it).
+
+        ``paused`` (PAUSED), ``no_worker`` (held off and no worker of the stage
+        runs: nothing serves its rows), ``held_off`` (new workers held off since
+        a cooldown began; the running ones serve on) or ``serving``. Held off
+        lasts from the first cooldown until a worker answers, with the latest
+        cooldown's cause and the seconds since it began.
+        """
+        if self.config.paused:
+            return {"state": "paused"}
+        if self.held_since is None:
+            return {"state": "serving"}
+        alive = [w for w in self.workers if not (w.stopping or w.eof)]
+        return {
+            "state": "held_off" if alive else "no_worker",
+            "cause": self.held_cause,
+            "held_seconds": round(max(0.0, now - self.held_since), 3),
+        }
 
 
 #: libpq variables that may carry the dispatcher's password: never passed to a

@@ -107,8 +107,7 @@ class Supervisor:
             pool.close_template()  # its workers are of the old configuration
             if name in self.pools:
                 self.pools[name].workers.extend(pool.workers)
-                self.pools[name].cooldown_until = pool.cooldown_until
-                self.pools[name].cooldown = pool.cooldown
+                self.pools[name].take_history(pool)
             elif pool.workers:
                 self.leftover.append(pool)
         # A stage removed by one reload and added again by the next: the workers

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -378,3 +380,58 @@ def test_the_pause_button_of_a_dropped_stage_cannot_stop_the_dispatcher(
     h.wait_all(where=f"workqueue_id <= {max(ids)}")
     assert all(h.row(i)["status"] == "done" for i in ids)
     assert d.running(), d.tail()
+
+
+def test_zero_series_and_the_graph_from_the_registry_alone(h: Harness, httpds: list[Httpd]) -> None:
+    d = h.start(conf_fast(h))
+    h.enqueue("a", 3)
+    h.wait_all()
+    # No configuration file: only a DSN (the graph comes from the stage registry).
+    srv = Httpd(None, h.dsn, h.tmp / "httpd.log")
+    httpds.append(srv)
+    m = scrape(srv)
+    statuses = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
+    for stage in ("a", "b"):
+        for status in statuses:
+            key = (("stage", stage), ("status", status))
+            assert ("pepsi_queue_depth", *key) in m["pepsi_queue_depth"], key
+            assert ("pepsi_queue_oldest_age_seconds", *key) in m["pepsi_queue_oldest_age_seconds"]
+    assert m["pepsi_queue_depth"][("pepsi_queue_depth", ("stage", "a"), ("status", "failed"))] == 0
+    assert m["pepsi_queue_depth"][("pepsi_queue_depth", ("stage", "b"), ("status", "done"))] == 3
+    oldest = m["pepsi_queue_oldest_pending_age_seconds"]
+    assert oldest[("pepsi_queue_oldest_pending_age_seconds", ("stage", "a"))] == 0
+    status, _, body = srv.get("/api/overview")
+    assert status == 200, body
+    stages = json.loads(body)["stages"]
+    assert stages["a"]["next"] == ["b"] and stages["b"]["next"] == []
+    assert stages["a"]["registered"] and stages["a"]["health"]["state"] == "serving"
+    d.terminate()
+
+
+def test_unmigrated_database_gets_the_migrate_hint(
+    empty_dsn: str, tmp_path: Path, httpds: list[Httpd]
+) -> None:
+    srv = Httpd(None, empty_dsn, tmp_path / "httpd.log")
+    httpds.append(srv)
+    hint = "run `pepsi-queue migrate`"
+    assert hint in srv.log() and "at start" in srv.log(), srv.log()  # said at start
+    status, _, body = srv.get("/healthz")
+    assert status == 503 and hint in body and "database unavailable" not in body, body
+    status, _, body = srv.get("/api/overview")
+    assert status == 503 and hint in body, body
+
+
+def test_a_dsn_that_does_not_parse_ends_pepsi_httpd_at_start(tmp_path: Path) -> None:
+    from httpd_harness import HTTPD
+
+    r = subprocess.run(
+        [str(HTTPD), "--listen", "127.0.0.1:0"],
+        env={**os.environ, "PEPSI_DSN": "password=s3cret not-a-dsn"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert r.returncode == 2, r
+    assert "DSN" in r.stderr and "does not parse" in r.stderr, r.stderr
+    assert "s3cret" not in r.stderr + r.stdout

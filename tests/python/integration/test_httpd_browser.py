@@ -3,9 +3,11 @@ driven by selenium, against a real dispatcher and pipeline.
 
 Loads each page, checks the numbers shown against the database, pauses and resumes a
 stage, requeues a failed message and cancels a pending one (accepting each confirm), and
-saves screenshots under the test's tmp_path. Chromium missing is a failure, not a skip:
-`make system-deps` installs it. PEPSI_DASHBOARD_PNG=FILE also writes the overview there
-(that is how docs/dashboard.png is made).
+saves screenshots under the test's tmp_path. Also: the message list with its filters,
+the id search box and actions on a selection; a stage held off (its PROGRAM removed)
+marked on the graph, the stage table and the banner. Chromium missing is a failure, not
+a skip: `make system-deps` installs it. PEPSI_DOCS_SCREENSHOTS=DIR also writes the
+screenshots of docs/ there (that is how docs/dashboard*.png are made).
 """
 
 from __future__ import annotations
@@ -157,8 +159,7 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
     # The throughput chart needs two samples or more; the page polls every 2 s.
     wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#chart-svg"), 15)
     browser.save_screenshot(str(shots / "overview.png"))
-    if os.environ.get("PEPSI_DASHBOARD_PNG"):
-        browser.save_screenshot(os.environ["PEPSI_DASHBOARD_PNG"])
+    docs_shot(browser, "dashboard.png")
 
     # -- pause stage b (confirm), then rows of b stay pending -----------------------
     click(browser, "#pause-b")
@@ -175,11 +176,30 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
     assert h.row(keep)["status"] == "pending" and h.row(cancel)["status"] == "pending"
 
     # -- failures grouped by reason, their messages ---------------------------------
+    # Reasons that differ only in a number are one group, the raw ones a click away.
+    h.conn.execute(
+        "INSERT INTO pepsi.workqueue (stage, status, state) SELECT 'a', 'failed',"
+        " jsonb_build_object('error', format('bad input n=%s', 200 + i % 2))"
+        " FROM generate_series(1, 3) AS i"
+    )
     browser.get(srv.base + "/failures")
     wait_until(
         lambda: text_of(browser, 'tr.reason[data-reason="scripted"] td[data-count]') == "3", 10
     )
+    group = 'tr.reason[data-reason="bad input n=<n>"]'
+
+    def grouped():
+        if text_of(browser, f"{group} td[data-count]") == "3":
+            return True
+        browser.refresh()  # the list does not poll; the snapshot is cached for 1 s
+        return False
+
+    wait_until(grouped, 10, 1.2, lambda: browser.find_element(By.ID, "main").text)
+    click(browser, f"{group} details.raw summary")
+    raw = text_of(browser, f"{group} details.raw") or ""
+    assert "bad input n=201" in raw and "bad input n=200" in raw, raw
     browser.save_screenshot(str(shots / "failures.png"))
+    docs_shot(browser, "dashboard-failures.png")
     click(browser, 'tr.reason[data-reason="scripted"] a.reason-link')
     wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#failed tr[data-id]")) == 3, 10)
     shown = [
@@ -209,8 +229,11 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
     assert f"Cancel message #{cancel}?" in accept_confirm(browser)
     wait_until(lambda: h.row(cancel)["status"] == "failed", 10)
     assert h.row(cancel)["state"]["error"] == "cancelled by operator"
-    wait_until(lambda: text_of(browser, "#msg-status") == "failed", 10)
+    # Shown as cancelled, not as a plain failure.
+    wait_until(lambda: text_of(browser, "#msg-status") == "cancelled", 10)
     browser.save_screenshot(str(shots / "message-cancelled.png"))
+
+    _message_list(h, srv, browser, shots)
 
     # -- resume b: the other pending row is processed --------------------------------
     browser.get(srv.base + "/")
@@ -223,11 +246,123 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
         assert (shots / f"{name}.png").stat().st_size > 1000
 
 
+def docs_shot(browser: webdriver.Chrome, name: str) -> None:
+    """With PEPSI_DOCS_SCREENSHOTS=DIR, a screenshot for docs/ (DIR/name)."""
+    where = os.environ.get("PEPSI_DOCS_SCREENSHOTS")
+    if where:
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1100, min(2400, max(700, int(height) + 120)))
+        browser.save_screenshot(str(Path(where) / name))
+        browser.set_window_size(1100, 1000)
+
+
+def _rows(browser: webdriver.Chrome) -> list[int]:
+    """Ids listed on the messages page (empty while it re-renders)."""
+    try:
+        return [
+            int(e.get_attribute("data-id"))
+            for e in browser.find_elements(By.CSS_SELECTOR, "#list tbody tr[data-id]")
+        ]
+    except StaleElementReferenceException:
+        return []
+
+
+def _message_list(h: Harness, srv: Httpd, browser: webdriver.Chrome, shots: Path) -> None:
+    """Every status, the filters of pepsi-queue list, the id search, actions on a selection."""
+    seven, eight = h.enqueue("z", [{"customer": 7}, {"customer": 8}])
+    delayed = h.conn.execute(
+        "SELECT pepsi.enqueue('z', '{\"customer\": 9}', now() + interval '1 h')"
+    ).fetchone()[0]
+    browser.get(srv.base + "/messages?stage=z")
+    wait_until(lambda: set(_rows(browser)) >= {seven, eight, delayed}, 10)
+    # A delayed message says so, with its due time labelled "due".
+    kind = text_of(browser, f'#list tr[data-id="{delayed}"] td[data-kind]')
+    assert kind == "delayed", kind
+    assert "due " in (text_of(browser, f'#list tr[data-id="{delayed}"]') or "")
+    # Filters: payload containment, typed into the form.
+    where = browser.find_element(By.CSS_SELECTOR, '#filters input[name="where"]')
+    where.send_keys('{"customer": 7}')
+    click(browser, "#apply")
+    wait_until(lambda: _rows(browser) == [seven], 10, 0.1, lambda: str(_rows(browser)))
+    assert "where=" in browser.current_url
+    # Status filter: paused rows only.
+    browser.get(srv.base + "/messages?status=paused")
+    wait_until(lambda: _rows(browser) == [delayed], 10)
+    # Select all shown (then one less) and cancel them (confirm), with a result message.
+    browser.get(srv.base + "/messages?stage=z&status=pending")
+    wait_until(lambda: set(_rows(browser)) >= {seven, eight}, 10)
+    click(browser, "#pick-all")
+    docs_shot(browser, "dashboard-messages.png")
+    for wid in set(_rows(browser)) - {seven, eight}:  # the stray row stays pending
+        click(browser, f'#list tr[data-id="{wid}"] input.pick')
+    click(browser, "#sel-cancel")
+    assert "Cancel 2 selected message(s)?" in accept_confirm(browser)
+    wait_until(lambda: "2 of 2" in (text_of(browser, "#msg-result") or ""), 10)
+    assert h.row(seven)["status"] == h.row(eight)["status"] == "failed"
+    # ... and requeue a selection of failed ones.
+    browser.get(srv.base + "/messages?stage=z&status=failed")
+    wait_until(lambda: set(_rows(browser)) == {seven, eight}, 10, 0.1, lambda: str(_rows(browser)))
+    wait_until(lambda: text_of(browser, f'#list tr[data-id="{seven}"] td[data-kind]'), 10)
+    assert text_of(browser, f'#list tr[data-id="{seven}"] td[data-kind]') == "cancelled"
+    click(browser, f'#list tr[data-id="{seven}"] input.pick')
+    click(browser, "#sel-requeue")
+    assert "Requeue 1 selected message(s)?" in accept_confirm(browser)
+    wait_until(lambda: h.row(seven)["status"] == "pending", 10)
+    wait_until(lambda: "1 of 1" in (text_of(browser, "#msg-result") or ""), 10)
+    browser.save_screenshot(str(shots / "messages.png"))
+    # The id search box.
+    box = browser.find_element(By.ID, "search-id")
+    box.send_keys(str(delayed))
+    click(browser, "#search-go")
+    wait_until(lambda: text_of(browser, "#msg-status") == "delayed", 10)
+    assert browser.current_url.endswith(f"/message/{delayed}")
+    assert text_of(browser, "#msg-due")
+    docs_shot(browser, "dashboard-message.png")
+
+
+def test_held_off_stage_in_the_dashboard(
+    h: Harness, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    prog = tmp_path / "stage-a"
+    prog.write_text(f'#!/bin/sh\nexec {h.program({"a": "b"})} "$@"\n')
+    prog.chmod(0o755)
+    stages = h.pipeline(["a", "b"])
+    stages["a"]["PROGRAM"] = str(prog)
+    conf = h.conf(stages)
+    conf.write_text(conf.read_text() + "\n[pepsi-httpd]\nHELD_OFF_LIMIT = 1 s\n")
+    d = h.start(conf)
+    srv = Httpd(conf, h.dsn, tmp_path / "httpd.log")
+    try:
+        prog.unlink()
+        h.enqueue("a", 4)
+        browser.get(srv.base + "/")
+        node = '#graph-svg g[data-node="a"][data-health="no_worker"]'
+        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, node), 20, 0.2, d.tail)
+        assert "cannot start PROGRAM" in (text_of(browser, node) or "")
+        cell = text_of(browser, '#stages tr[data-stage="a"] td[data-health="no_worker"]') or ""
+        assert "no worker can start" in cell and "cannot start PROGRAM" in cell, cell
+        banner = text_of(browser, '#banner [data-held="a"]') or ""
+        assert "4 pending" in banner and str(prog) in banner, banner
+        assert browser.find_elements(By.CSS_SELECTOR, '#graph-svg g[data-node="b"].serving')
+        # The same stage, past the limit, on /healthz and /metrics.
+        wait_until(lambda: srv.get("/healthz")[0] == 503, 10)
+        assert "stage a no worker" in srv.get("/healthz")[2]
+        assert 'pepsi_stage_health{stage="a",state="no_worker"} 1.0' in srv.get("/metrics")[2]
+        browser.save_screenshot(str(tmp_path / "held-off.png"))
+        docs_shot(browser, "dashboard-held-off.png")
+    finally:
+        srv.stop()
+
+
 def test_read_only_dashboard_has_no_buttons(
     h: Harness, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     conf = h.conf(h.pipeline(["a"]))
     [wid] = h.enqueue("a", 1)
+    # The stage registry (a dispatcher writes it at start; none runs here).
+    h.conn.execute(
+        "SELECT pepsi.register_stages(NULL, ARRAY['a'], ARRAY[''], NULL, NULL, NULL, NULL, NULL)"
+    )
     srv = Httpd(conf, h.dsn, tmp_path / "httpd.log")
     try:
         browser.get(f"{srv.base}/message/{wid}")

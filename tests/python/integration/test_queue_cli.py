@@ -70,15 +70,25 @@ def test_status_table_and_json(q, conn):
     assert rc == 0 and "empty" in out
     q("enqueue", "a", "{}", "{}")
     fail_rows(conn, "b", 1)
+    # fail_rows' dispatcher is long gone.
+    conn.execute("UPDATE pepsi.dispatchers SET heartbeat_at = now() - interval '1 h'")
     rc, out, _ = q("status")
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["stage", *STATUS_HEADER, "total"]
-    assert lines[1].split() == ["a", "2", "0", "0", "0", "0", "0", "0", "2"]
-    assert lines[2].split() == ["b", "0", "0", "0", "0", "1", "0", "0", "1"]
+    assert lines[0].split() == ["stage", *STATUS_HEADER, "total", "health"]
+    # No dispatcher has reported the stages: their health is unknown, and it says so.
+    assert lines[1].split() == ["a", "2", "0", "0", "0", "0", "0", "0", "2", "unknown"]
+    assert lines[2].split() == ["b", "0", "0", "0", "0", "1", "0", "0", "1", "unknown"]
     assert lines[3].split()[0] == "TOTAL" and lines[3].split()[-1] == "3"
+    assert lines[4].startswith("no dispatcher is live: nothing is being processed")
     rc, out, _ = q("status", "--json")
-    assert json.loads(out) == {"a": {"pending": 2}, "b": {"failed": 1}}
+    zeros = dict.fromkeys(STATUS_HEADER, 0)
+    unknown = {"health": {"state": "unknown"}}
+    # Every status, zeros included (series that vanish at zero break scripts and alerts).
+    assert json.loads(out) == {
+        "a": {**zeros, "pending": 2, **unknown},
+        "b": {**zeros, "failed": 1, **unknown},
+    }
 
 
 STATUS_HEADER = ["pending", "running", "paused", "done", "failed", "timeout", "expired"]
@@ -165,3 +175,12 @@ def test_console_script_and_bad_database(dsn, tmp_path: Path):
     assert bad.returncode == 1
     assert bad.stderr.startswith("pepsi-queue: error: cannot reach the database")
     assert "Traceback" not in bad.stderr
+
+
+def test_unmigrated_database_gets_the_migrate_hint(empty_dsn, monkeypatch, capsys):
+    monkeypatch.setenv("PEPSI_DSN", empty_dsn)
+    monkeypatch.delenv("PEPSI_CONFIG", raising=False)
+    rc = main(["status"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "pepsi-queue migrate" in err, err
+    assert err.count("\n") == 1
