@@ -360,9 +360,5 @@ class App:
         self.invalidate()
         return changed
 
-    def known_stage(self, stage: str) -> bool:
-        """Is ``stage`` in the stage registry (the pause button's check)?"""
-        return stage in {s["stage"] for s in self.snapshot().data.get("stages") or []}
-
     def paused_map(self, data: dict[str, Any]) -> dict[str, bool]:
         return {name: s["paused"] for name, s in self.graph(data).items()}
