@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.stats import Stats
 from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
 
@@ -25,6 +26,36 @@ def worker_state(w: Any) -> str:
     if w.retiring:
         return "retiring"
     return "busy" if w.inflight else "idle"
+
+
+#: Changed gauges (workers started or stopped, a stage held off) go out this
+#: soon at the earliest, ahead of the heartbeat: at most one extra write a second.
+EARLY_MIN_INTERVAL = 1.0
+
+
+class EarlyGauges:
+    """When changed gauges go out ahead of the heartbeat (rate-limited)."""
+
+    def __init__(self, min_interval: float = EARLY_MIN_INTERVAL) -> None:
+        self.min_interval = min_interval
+        self.sent_at = -INF
+        self.sent: tuple[Any, ...] = ()
+        #: when changed gauges may go out (INF: none are waiting); a loop timer.
+        self.due = INF
+
+    def should_send(self, now: float, sig: tuple[Any, ...]) -> bool:
+        """Send now? No if nothing changed since the last send, or too soon after it."""
+        if sig == self.sent:
+            self.due = INF
+            return False
+        if now < self.sent_at + self.min_interval:
+            self.due = self.sent_at + self.min_interval
+            return False
+        self.due = INF
+        return True
+
+    def sent_now(self, now: float, sig: tuple[Any, ...]) -> None:
+        self.sent_at, self.sent, self.due = now, sig, INF
 
 
 def signature(pools: Mapping[str, StagePool], leftover: Iterable[StagePool]) -> tuple[Any, ...]:

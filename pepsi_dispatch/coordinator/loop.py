@@ -52,9 +52,6 @@ from pepsi_dispatch.errors import FatalError
 
 log = logging.getLogger(__name__)
 
-#: Changed gauges (workers started or stopped, a stage held off) go out this
-#: soon at the earliest, ahead of the heartbeat: at most one extra write a second.
-GAUGES_MIN_INTERVAL = 1.0
 #: Retention: done rows deleted per purge_done call and calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
@@ -130,8 +127,7 @@ class Dispatcher:
         self.signals = SelfPipe()
         self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
         self.heartbeat_duties = self._heartbeat_duties()
-        self.gauges_sent: tuple[float, tuple[object, ...]] = (-INF, ())  # when, signature
-        self.gauges_due = INF  # when changed gauges may go out (rate limit); INF: none wait
+        self.early_gauges = gauges.EarlyGauges()
 
     def _database_side(self, now: float) -> None:
         """The database side's parts (coordinator/database/), sharing the fence."""
@@ -284,7 +280,7 @@ class Dispatcher:
             )
         else:
             t = link.reconnect_at
-        t = min(t, self.shutdown_deadline, self.systemd_watchdog.due(), self.gauges_due)
+        t = min(t, self.shutdown_deadline, self.systemd_watchdog.due(), self.early_gauges.due)
         t = min(t, self.supervisor.watchdogs.next_deadline(now))
         return t - now
 
@@ -357,27 +353,16 @@ class Dispatcher:
         return gauges.signature(self.supervisor.pools, self.supervisor.leftover)
 
     def _early_gauges(self, now: float) -> None:
-        """Send the gauges before the heartbeat when workers or stage health
-        changed, at most once every GAUGES_MIN_INTERVAL (a heartbeat without its
-        other duties: those stay on the heartbeat's own timer)."""
-        if self.shutting_down:
-            self.gauges_due = INF
-            return
-        sent_at, sent = self.gauges_sent
+        """Changed workers or stage health go out before the heartbeat (gauges.EarlyGauges)."""
         sig = self._gauge_signature()
-        if sig == sent:
-            self.gauges_due = INF
+        if self.shutting_down or not self.early_gauges.should_send(now, sig):
             return
-        if now < sent_at + GAUGES_MIN_INTERVAL:
-            self.gauges_due = sent_at + GAUGES_MIN_INTERVAL
-            return
-        self.gauges_due = INF
         try:
             self.db.heartbeat(self.dispatcher_id, self._gauges(now))
         except psycopg.Error as exc:
             self.link.lost(now, exc)
             return
-        self.gauges_sent = (now, sig)
+        self.early_gauges.sent_now(now, sig)
 
     def _beat(self, now: float) -> None:
         """The heartbeat: say we are alive, with the gauges; renew LISTEN. While
@@ -392,7 +377,7 @@ class Dispatcher:
         # a claim in the same round trip as requeue_due goes unbounded).
         self.ledger.forget_floors()
         self.db.heartbeat(self.dispatcher_id, self._gauges(now))
-        self.gauges_sent = (now, self._gauge_signature())
+        self.early_gauges.sent_now(now, self._gauge_signature())
         self.db.ping_listen()
         self._on_listen(now)  # notifications that arrived during the ping
         self.flip.due_now(now)

@@ -80,7 +80,7 @@ def test_status_table_and_json(q, conn):
     assert lines[1].split() == ["a", "2", "0", "0", "0", "0", "0", "0", "2", "unknown"]
     assert lines[2].split() == ["b", "0", "0", "0", "0", "1", "0", "0", "1", "unknown"]
     assert lines[3].split()[0] == "TOTAL" and lines[3].split()[-1] == "3"
-    assert lines[4].startswith("no dispatcher is live: nothing is being processed")
+    assert lines[4].startswith("NO LIVE DISPATCHER: nothing is being dispatched")
     rc, out, _ = q("status", "--json")
     zeros = dict.fromkeys(STATUS_HEADER, 0)
     unknown = {"health": {"state": "unknown"}}

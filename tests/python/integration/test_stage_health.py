@@ -78,7 +78,7 @@ def test_removed_program_held_off_everywhere_then_serving(h: Harness, tmp_path: 
         line_a = next(x for x in r.stdout.splitlines() if x.startswith("a "))
         assert "NO WORKER" in line_a, r.stdout
         assert "stage a: held off, no worker running since" in r.stdout
-        assert "cannot start PROGRAM" in r.stdout and "no dispatcher is live" not in r.stdout
+        assert "cannot start PROGRAM" in r.stdout and "NO LIVE DISPATCHER" not in r.stdout
         js = json.loads(pq(h, "status", "--json").stdout)
         assert js["a"]["health"]["state"] == "no_worker"
         assert js["b"]["health"] == {"state": "serving"}
@@ -109,7 +109,7 @@ def test_removed_program_held_off_everywhere_then_serving(h: Harness, tmp_path: 
         srv.stop()
     d.terminate()
     r = pq(h, "status")
-    assert "no dispatcher is live" in r.stdout, r.stdout
+    assert "NO LIVE DISPATCHER" in r.stdout, r.stdout
 
 
 def test_python_program_without_the_handler_is_held_off(h: Harness) -> None:

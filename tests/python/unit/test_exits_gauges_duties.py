@@ -38,7 +38,7 @@ def slot(in_hand: int | None = None) -> SimpleNamespace:
 
 def dead(**fields: Any) -> SimpleNamespace:
     base = dict(stage="a", pid=9, head_since=10.0, stopping=False, killed=False,
-                answers_received=3, stop_reason=None, slot=slot())  # fmt: skip
+                answers_received=3, stop_reason=None, slot=slot(), last_stderr="")  # fmt: skip
     base.update(fields)
     return SimpleNamespace(**base)
 
@@ -81,9 +81,13 @@ def test_exit_75_releases_everything_fails_nothing_and_cools_the_stage() -> None
 
 def test_a_worker_dying_before_any_answer_cools_its_stage_down() -> None:
     b, pool = books(), Pool()
-    w = dead(answers_received=0)
+    w = dead(answers_received=0, last_stderr="ImportError: no module named x")
     settle_exit(b, w, pool, ExitKind.EXITED, 1, [], 0, 12.0, False, "x")  # type: ignore[arg-type]
-    assert pool.cooldowns and "died before answering" in pool.cooldowns[0]
+    # The cause says how it ended and quotes its last stderr line (the real reason).
+    assert pool.cooldowns == [
+        "worker pid 9 exited with code 1 before answering anything;"
+        " its last stderr line: ImportError: no module named x"
+    ]
 
 
 def test_gauges_count_workers_by_state_and_ids_in_flight() -> None:
@@ -93,15 +97,28 @@ def test_gauges_count_workers_by_state_and_ids_in_flight() -> None:
     def paused(flag: bool) -> SimpleNamespace:
         return SimpleNamespace(paused=flag)
 
+    def health(state: str):
+        return lambda now: {"state": state, "at": now}
+
     pools = {
         "a": SimpleNamespace(
-            name="a", workers=[w([1, 2]), w([])], config=SimpleNamespace(paused=False)
+            name="a",
+            workers=[w([1, 2]), w([])],
+            config=SimpleNamespace(paused=False),
+            health=health("serving"),
         ),
-        "b": SimpleNamespace(name="b", workers=[], config=SimpleNamespace(paused=True)),
+        "b": SimpleNamespace(
+            name="b", workers=[], config=SimpleNamespace(paused=True), health=health("paused")
+        ),
     }
     gone = SimpleNamespace(name="old", workers=[w([3])], config=None)
     gone.workers[0].stopping = True
-    out = gauges.collect(pools, [gone], 3, 17, Stats(), 30.0)  # type: ignore[arg-type]
+    out = gauges.collect(pools, [gone], 3, 17, Stats(), 30.0, 5.0)  # type: ignore[arg-type]
+    # Each configured stage's health, at the time given (a removed stage has none).
+    assert out["stages"] == {
+        "a": {"state": "serving", "at": 5.0},
+        "b": {"state": "paused", "at": 5.0},
+    }
     assert out["workers"]["a"] == {"busy": 1, "idle": 1, "retiring": 0, "stopping": 0}
     assert out["workers"]["old"]["stopping"] == 1
     assert out["inflight"] == {"a": 2, "b": 0, "old": 1}
@@ -134,3 +151,13 @@ def test_the_flip_is_due_at_the_rows_due_time_and_soon_after_answers() -> None:
     assert not flip.is_due(105.0)
     flip.done(Requeue(0, 0, 0, None), 200.0)  # no paused row left
     assert flip.deadline() == INF
+
+
+def test_changed_gauges_go_out_early_at_most_once_a_second() -> None:
+    early = gauges.EarlyGauges(1.0)
+    assert early.should_send(10.0, ("a", 1))  # a change, nothing sent yet
+    early.sent_now(10.0, ("a", 1))
+    assert not early.should_send(10.2, ("a", 1)) and early.due == float("inf")  # no change
+    assert not early.should_send(10.5, ("a", 2))  # changed, but too soon: a timer for 11.0
+    assert early.due == 11.0
+    assert early.should_send(11.0, ("a", 2))
