@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,7 +100,6 @@ def small_cluster() -> Iterator[str]:
     """A throwaway cluster (pepsi_dispatch.devtools.embedded) with max_connections 8,
     migrated to head; its DSN. Stopped and removed afterwards."""
     import shutil
-    import sys
     import uuid
 
     from pepsi_dispatch.devtools import embedded
@@ -164,3 +164,104 @@ def test_workers_at_postgres_max_connections_lose_nothing(h: Harness, small_clus
     assert statuses == [("done", 60)], statuses
     assert "too many clients already" in d.log(), d.tail()
     assert d.terminate() == 0
+
+
+def _pg(cmd: list[str], **kw: object) -> subprocess.CompletedProcess:
+    from pepsi_dispatch.devtools import embedded
+
+    return subprocess.run([*embedded._as_server_user(), *cmd], capture_output=True, text=True, **kw)
+
+
+@ROOT_ONLY
+def test_postgres_wal_disk_full_stops_the_server_and_loses_nothing(h: Harness) -> None:
+    """pg_wal on a small tmpfs that fills up: PostgreSQL PANICs and stops. The
+    dispatcher waits, reconnecting with backoff (no crash loop). Once space returns
+    and the server is started again, every message whose enqueue committed is there
+    and gets done."""
+    import shutil
+    import uuid
+
+    import psycopg
+
+    from pepsi_dispatch.devtools import embedded
+
+    bindir = embedded.find_bindir()
+    home = Path(f"/tmp/pepsi-walfull-{uuid.uuid4().hex[:8]}")
+    wal_fs, data, run = home / "walfs", home / "data", home / "run"
+    for p in (home, wal_fs, run):
+        p.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(wal_fs)], check=True)
+    d = None
+    try:
+        for p in (home, wal_fs, run):
+            shutil.chown(p, "postgres", "postgres")
+        r = _pg([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                 "--no-sync", "--waldir", str(wal_fs / "wal"), "--wal-segsize", "1"])  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        log = home / "postgres.log"
+        options = (
+            f"-k {run} -c listen_addresses='' -c min_wal_size=2MB -c max_wal_size=8MB"
+            " -c restart_after_crash=off"
+        )
+        start = [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
+                 "-w", "-t", "30", "start"]  # fmt: skip
+        assert _pg(start).returncode == 0, log.read_text()
+        admin = f"postgresql:///postgres?host={run}&user=postgres"
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute("CREATE DATABASE pepsi")
+        dsn = f"postgresql:///pepsi?host={run}&user=postgres"
+        root = Path(__file__).resolve().parents[3]
+        subprocess.run(
+            [sys.executable, "-m", "alembic", "upgrade", "head"],
+            cwd=root, env={**os.environ, "PEPSI_DSN": dsn}, check=True, capture_output=True,
+        )  # fmt: skip
+        d = h.start(h.conf(h.pipeline(["a"])), dsn=dsn)
+        fill(wal_fs)
+        committed: list[int] = []
+        conn = psycopg.connect(dsn, autocommit=True)
+        with pytest.raises(psycopg.OperationalError):
+            for _ in range(200):  # ~0.8 MB of WAL each: the server must give out first
+                committed += [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT pepsi.enqueue('a', jsonb_build_object('pad', repeat('x', 4000)))"
+                        " FROM generate_series(1, 200)"
+                    ).fetchall()
+                ]
+        conn.close()
+        assert "No space left on device" in log.read_text(), log.read_text()[-2000:]
+        wait_until(
+            lambda: _pg([str(bindir / "pg_ctl"), "-D", str(data), "status"]).returncode != 0,
+            30, 0.2, "the server to stop",
+        )  # fmt: skip
+        assert d.running(), d.tail()  # waiting for the database, not crashed
+        (wal_fs / "filler").unlink()
+        assert _pg(start).returncode == 0, log.read_text()[-2000:]
+        assert committed, "nothing committed before the disk filled"
+        with psycopg.connect(dsn, autocommit=True) as c:
+            present = {
+                r[0]
+                for r in c.execute(
+                    "SELECT workqueue_id FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+                    (committed,),
+                ).fetchall()
+            }
+            assert present == set(committed)
+
+            def done() -> bool:
+                n = c.execute(
+                    "SELECT count(*) FROM pepsi.workqueue WHERE status = 'done'"
+                    " AND workqueue_id = ANY(%s)",
+                    (committed,),
+                ).fetchone()[0]
+                return n == len(committed) or not d.running()
+
+            wait_until(done, 60, 0.3, lambda: "all done after the restart\n" + d.tail())
+        assert d.running(), d.tail()
+        assert d.terminate() == 0
+    finally:
+        if d is not None and d.running():
+            d.kill9()
+        _pg([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"])
+        subprocess.run(["umount", "-l", str(wal_fs)], check=False)
+        shutil.rmtree(home, ignore_errors=True)
