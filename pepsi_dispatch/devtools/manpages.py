@@ -161,7 +161,17 @@ configuration file when \\-c is not given.
 for \\fB~/.config/pepsi.conf\\fR.
 """
 
-_HTTPD_EXTRA = """.SH EXIT STATUS
+_HTTPD_EXTRA = """.SH SECURITY
+Every request, read or action, must name this server in its Host header: the
+listen address, localhost, 127.0.0.1, ::1, or a name given with
+\\-\\-allowed\\-host (with this server's port when a port is given); anything
+else is answered 421 (DNS rebinding), a missing Host 400. An Origin header must
+match the Host (or an allowed name), else 403.
+A connection has \\-\\-request\\-timeout seconds to deliver its whole request;
+at most \\-\\-max\\-connections are open (lowered to fit the open\\-file limit),
+and at the cap the connection that has waited longest for its request is
+closed, so /healthz and /metrics keep answering.
+.SH EXIT STATUS
 0 after SIGINT or SIGTERM (and for \\-h, \\-v); 2 for usage and configuration
 errors (a bad \\-\\-listen, an address in use, an unreadable configuration); 1 for
 fatal runtime errors. Errors are one line on stderr.
