@@ -16,11 +16,20 @@ means ``{}``); anything else raises ``ValueError`` before the database is asked.
 the message: it waits as ``paused`` until then and is not counted as a retry::
 
     enqueue(conn, "report", {"day": "2026-11-30"}, not_before=timedelta(minutes=10))
+
+``priority`` (default 0, negative allowed): within a stage the highest runs
+first, equal priorities in enqueue order; the message keeps it through every
+stage. ``dedupe_key``: while a message with that key is pending, running or
+paused anywhere in the pipeline, enqueuing the key again inserts nothing and
+returns that message's id (graphile-worker's ``job_key``, PgQueuer's
+``dedupe_key``); once it is done, failed or cancelled the key is free::
+
+    enqueue(conn, "invoice", {"order": 17}, priority=5, dedupe_key="invoice-17")
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -78,19 +87,29 @@ def enqueue(
     stage: str,
     payload: Any = None,
     not_before: datetime | timedelta | None = None,
+    priority: int = 0,
+    dedupe_key: str | None = None,
 ) -> int:
     """Enqueue one message at ``stage``; returns its id.
 
     ``not_before``: run it no earlier than this (aware ``datetime``, or ``timedelta``
     from now); until then it waits as ``paused``. None or a past time: at once.
+    ``priority``: higher runs first within a stage (default 0).
+    ``dedupe_key``: a key a live message already carries returns that message's
+    id and inserts nothing (two producers racing for one key get one message).
 
     Raises:
         ValueError: the payload is not a dict, or ``not_before`` is a naive datetime.
-        psycopg.errors.InvalidParameterValue: ``stage`` is not a valid stage name.
+        psycopg.errors.InvalidParameterValue: ``stage`` is not a valid stage name,
+            or ``dedupe_key`` is empty or longer than 512 bytes.
     """
-    row = conn.execute(
-        "SELECT pepsi.enqueue(%s, %s, %s)", (stage, _payload(payload), _when(not_before))
-    ).fetchone()
+    args: tuple[Any, ...] = (stage, _payload(payload), _when(not_before))
+    if priority or dedupe_key is not None:
+        sql = "SELECT pepsi.enqueue(%s, %s, %s, %s::int, %s::text)"
+        args += (int(priority), dedupe_key)
+    else:  # the 3-argument call: also works on a schema older than priorities
+        sql = "SELECT pepsi.enqueue(%s, %s, %s)"
+    row = conn.execute(sql, args).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -107,20 +126,38 @@ def enqueue_many(
     payloads: Iterable[Any],
     chunk_size: int = DEFAULT_CHUNK,
     not_before: datetime | timedelta | None = None,
+    priority: int = 0,
+    dedupe_keys: Sequence[str | None] | None = None,
 ) -> list[int]:
     """Enqueue one message per payload at ``stage``, in order; returns the ids in order.
 
-    ``not_before`` as for :func:`enqueue`, for every message (one time for all
-    chunks, computed once).
+    ``not_before`` and ``priority`` as for :func:`enqueue`, for every message
+    (one time for all chunks, computed once). ``dedupe_keys``: None, or one key
+    (or None) per payload; an element whose key a live message (or an earlier
+    element) holds returns that message's id.
     """
     if chunk_size < 1:
         raise ValueError("chunk_size must be positive")
     when = _when(not_before)
     ids: list[int] = []
     done = 0
+    keys = None if dedupe_keys is None else list(dedupe_keys)
     for chunk in _chunks(payloads, chunk_size):
         docs = [_payload(p, f"payload {done + i + 1}") for i, p in enumerate(chunk)]
+        if keys is None and not priority:
+            cur = conn.execute(
+                "SELECT pepsi.enqueue_many(%s, %s::jsonb[], %s)", (stage, docs, when)
+            )
+        else:
+            part = None if keys is None else keys[done : done + len(chunk)]
+            if part is not None and len(part) != len(chunk):
+                raise ValueError("dedupe_keys must have one element per payload")
+            cur = conn.execute(
+                "SELECT pepsi.enqueue_many(%s, %s::jsonb[], %s, %s::int, %s::text[])",
+                (stage, docs, when, int(priority), part),
+            )
         done += len(chunk)
-        cur = conn.execute("SELECT pepsi.enqueue_many(%s, %s::jsonb[], %s)", (stage, docs, when))
         ids.extend(int(r[0]) for r in cur.fetchall())
+    if keys is not None and len(keys) != done:
+        raise ValueError("dedupe_keys must have one element per payload")
     return ids

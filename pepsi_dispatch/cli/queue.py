@@ -55,8 +55,14 @@ from pepsi_dispatch.cli.messages import (
     list_command,
     read_history,
 )
+from pepsi_dispatch.cli.produce import (
+    MESSAGE_ID,
+    enqueue_command,
+    reschedule_command,
+    schedules_command,
+)
 from pepsi_dispatch.cli.shell import config_option, run_click, version_option
-from pepsi_dispatch.cli.stages import check_enqueue_stage, check_stage_name
+from pepsi_dispatch.cli.stages import check_stage_name
 from pepsi_dispatch.cli.watch import NO_LIVE_DISPATCHER, _age, _json_default, watch_status
 from pepsi_dispatch.schema.migrate import migrate_command
 
@@ -64,8 +70,6 @@ __all__ = ["PROG", "cli", "main"]
 
 PROG = "pepsi-queue"
 TERMINAL = ("done", "failed", "timeout", "expired")
-#: Message ids are bigint identity values (from 1).
-MESSAGE_ID = click.IntRange(1, 2**63 - 1)
 
 
 #: The login role of this run's connection, for the error that names the role to grant.
@@ -91,7 +95,7 @@ class _Ctx:
     name=PROG,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Operate the pepsi work queue: enqueue, status, list, show, failed, requeue, cancel,"
-    " purge, migrate.",
+    " purge, reschedule, schedules, migrate.",
 )
 @config_option
 @version_option(PROG)
@@ -99,96 +103,6 @@ class _Ctx:
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """Global options."""
     ctx.obj = _Ctx(config_path)
-
-
-def _parse_json(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{where} is not JSON: {exc.msg} at column {exc.colno}") from None
-
-
-def _object(text: str, where: str) -> dict[str, Any]:
-    doc = _parse_json(text, where)
-    if not isinstance(doc, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-            type(doc), "a number"
-        )
-        raise click.BadParameter(
-            f"{where} must be a JSON object ({{...}}), not {kind}; wrap it, e.g. "
-            f'{{"value": {text.strip()[:40]}}}'
-        )
-    return doc
-
-
-def _not_before(at: str | None, in_: timedelta | None) -> datetime | None:
-    """--at TIME (ISO 8601; no zone = local time) or --in DURATION (10m, '10 min')."""
-    if at and in_ is not None:
-        raise click.UsageError("--at and --in cannot be combined")
-    if in_ is not None:
-        return datetime.now(UTC) + in_
-    if at is not None:
-        try:
-            when = datetime.fromisoformat(at.strip())
-        except ValueError:
-            raise click.BadParameter(
-                f"'{at}' is not a time; use ISO 8601, e.g. 2026-12-01T09:30 or"
-                " '2026-12-01 09:30:00+01:00'",
-                param_hint="--at",
-            ) from None
-        return when if when.tzinfo else when.astimezone()  # no zone: local time
-    return None
-
-
-def _payloads(payloads: tuple[str, ...]) -> list[Any]:
-    """The JSON objects of the arguments (``-``: stdin, one per line); none: ``{}``."""
-    docs: list[Any] = []
-    for i, text in enumerate(payloads, 1):
-        if text == "-":
-            for n, line in enumerate(sys.stdin, 1):
-                if line.strip():
-                    docs.append(_object(line, f"stdin line {n}"))
-        else:
-            docs.append(_object(text, f"argument {i}"))
-    return docs if payloads else [{}]
-
-
-@cli.command(help="Enqueue messages at STAGE: one per JSON object argument, '-' reads JSON lines.")
-@click.argument("stage")
-@click.argument("payloads", nargs=-1, metavar="[JSON ...|-]")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the count, not the ids.")
-@click.option("--at", "at", metavar="TIME", help="Run no earlier than TIME (ISO 8601).")
-@click.option("--in", "in_", type=DURATION, help="Run no earlier than this from now (10m, 1h30m).")
-@click.option("--force", is_flag=True, help="Enqueue even at a stage no configuration knows.")
-@click.pass_obj
-def enqueue(
-    obj: _Ctx,
-    stage: str,
-    payloads: tuple[str, ...],
-    quiet: bool,
-    at: str | None,
-    in_: timedelta | None,
-    force: bool,
-) -> None:
-    from pepsi_dispatch.enqueue import enqueue_many
-
-    when = _not_before(at, in_)
-    docs = _payloads(payloads)
-    # Unchecked: said after the insert (a bad name fails there first).
-    unchecked = not force and not check_enqueue_stage(obj, stage)
-    ids = enqueue_many(obj.conn(), stage, docs, not_before=when)
-    if unchecked:
-        click.echo(
-            f"{PROG}: warning: stage {stage!r} not checked: no dispatcher has registered"
-            " its stages and no configuration file was found",
-            err=True,
-        )
-    if quiet:
-        later = f", not before {when.isoformat(timespec='seconds')}" if when else ""
-        click.echo(f"enqueued {len(ids)} message(s) at stage {stage}{later}")
-    else:
-        for mid in ids:
-            click.echo(mid)
 
 
 @cli.command(help="Message counts by stage and status; --watch for a live view.")
@@ -557,6 +471,9 @@ def _failed_by_reason(obj: _Ctx, stage: str | None, limit: int, as_json: bool) -
 # migrate lives in its own module (alembic is imported only when it runs); list too.
 cli.add_command(migrate_command)
 cli.add_command(list_command)
+# Putting messages in and moving them: cli/produce.py.
+for _command in (enqueue_command, reschedule_command, schedules_command):
+    cli.add_command(_command)
 
 
 def _report(message: str) -> None:

@@ -18,6 +18,7 @@ from pepsi_dispatch.config.load import (
     reread_config,
 )
 from pepsi_dispatch.config.model import Config, DispatchConfig, StageConfig
+from pepsi_dispatch.config.schedule import ScheduleConfig
 from pepsi_dispatch.config.values import parse_bool, parse_duration, parse_time
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DispatchConfig",
+    "ScheduleConfig",
     "StageConfig",
     "apply_overlay",
     "find_config",

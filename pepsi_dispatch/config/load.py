@@ -44,6 +44,16 @@ from pepsi_dispatch.config.ini import Ini, expand_sections, merge_rows, read_fil
 from pepsi_dispatch.config.ini import error as _error
 from pepsi_dispatch.config.ini import suggest as _suggest
 from pepsi_dispatch.config.model import Config, DispatchConfig, StageConfig
+from pepsi_dispatch.config.schedule import (
+    ScheduleConfig,
+    catch_up_opt,
+    cron_opt,
+    dedupe_key_opt,
+    every_opt,
+    payload_opt,
+    priority_opt,
+    timezone_opt,
+)
 from pepsi_dispatch.config.values import (
     INT_MAX,
     _bool_value,
@@ -96,6 +106,16 @@ _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RETRY_DELAY_MAX": ("retry_delay_max", _optional_time_opt),
     "WORKER_DSN": ("worker_dsn", _optional_str_opt),
 }
+_SCHEDULE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "STAGE": ("stage", _str_opt),
+    "PAYLOAD": ("payload", payload_opt),
+    "CRON": ("cron", cron_opt),
+    "EVERY": ("every", every_opt),
+    "TIMEZONE": ("timezone", timezone_opt),
+    "CATCH_UP": ("catch_up", catch_up_opt),
+    "PRIORITY": ("priority", priority_opt),
+    "DEDUPE_KEY": ("dedupe_key", dedupe_key_opt),
+}
 _DATABASE_OPTIONS = ("DSN",)
 _KNOWN_SECTIONS = ("paths", "database", "pepsi-dispatch")
 
@@ -104,9 +124,18 @@ def _is_stage_section(section: str) -> bool:
     return section.startswith("stage-")
 
 
+def _is_schedule_section(section: str) -> bool:
+    return section.startswith("schedule-")
+
+
+def _is_overlay_section(section: str) -> bool:
+    """Sections the database overlay may set: [stage-*] and [schedule-*]."""
+    return _is_stage_section(section) or _is_schedule_section(section)
+
+
 def _check_section_names(raw: Ini) -> None:
     for sec in raw.sections:
-        if sec in _KNOWN_SECTIONS or _is_stage_section(sec):
+        if sec in _KNOWN_SECTIONS or _is_overlay_section(sec):
             continue
         origin = raw.origins.get((sec, ""))
         name = raw.names.get(sec, sec)
@@ -123,7 +152,7 @@ def _check_section_names(raw: Ini) -> None:
 def _strict_section(section: str) -> bool:
     """Values that must expand: ours. [PATHS] entries and other tools' sections are
     only checked where they are used."""
-    return section in ("database", "pepsi-dispatch") or _is_stage_section(section)
+    return section in ("database", "pepsi-dispatch") or _is_overlay_section(section)
 
 
 # --------------------------------------------------------------------------- building
@@ -254,6 +283,53 @@ def _build_stages(
     return stages
 
 
+def _build_schedules(
+    sections: Mapping[str, Mapping[str, str]],
+    names: Mapping[str, str],
+    origins: Mapping[tuple[str, str], str],
+    stages: Mapping[str, StageConfig],
+) -> dict[str, ScheduleConfig]:
+    schedules: dict[str, ScheduleConfig] = {}
+    for sec, opts in sections.items():
+        if not _is_schedule_section(sec):
+            continue
+        display = names.get(sec, sec)
+        header = origins.get((sec, ""))
+        name = display[len("schedule-") :]
+        if not STAGE_NAME_RE.fullmatch(name):
+            raise _error(
+                f"bad schedule name '{name}'; schedule names may contain only letters,"
+                " digits, '_', '.' and '-'",
+                header,
+                display,
+            )
+        values = _convert(_SCHEDULE_OPTIONS, sec, display, opts, origins)
+        if "stage" not in values:
+            raise _error("STAGE is missing; add STAGE = the stage to enqueue at", header, display)
+        if values["stage"] not in stages:
+            hint = _suggest(values["stage"], stages, quote="'")
+            raise _error(
+                f"STAGE names undefined stage '{values['stage']}'; {hint + ' ' if hint else ''}"
+                f"define [stage-{values['stage']}] or fix the name",
+                origins.get((sec, "STAGE")),
+                display,
+                "STAGE",
+                opts.get("STAGE"),
+            )
+        if ("cron" in values) == ("every" in values):
+            both = "cron" in values
+            raise _error(
+                "set exactly one of CRON (5 fields) and EVERY (a duration),"
+                + (" not both" if both else " e.g. EVERY = 1 h"),
+                origins.get((sec, "EVERY" if both else "")) or header,
+                display,
+                "EVERY" if both else None,
+                opts.get("EVERY") if both else None,
+            )
+        schedules[name] = ScheduleConfig(name=name, **values)
+    return schedules
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -325,13 +401,15 @@ def _load(file: Path | None) -> Config:
         read_file(file, raw, env)
     _check_section_names(raw)
     sections = expand_sections(raw, env, _strict_section)
+    stages = _build_stages(sections, raw.names, raw.origins)
     return Config(
         path=file,
         dsn=_build_dsn(sections, raw.origins, env),
         dispatch=_build_dispatch(sections, raw.origins),
-        stages=_build_stages(sections, raw.names, raw.origins),
+        stages=stages,
         sections=sections,
         origins=dict(raw.origins),
+        schedules=_build_schedules(sections, raw.names, raw.origins, stages),
     )
 
 
@@ -361,9 +439,10 @@ def _drop_pause_only_sections(merged: Ini, config: Config) -> None:
 def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -> Config:
     """Merge ``pepsi.config`` rows (section, option, value) into ``config``.
 
-    Only ``[stage-*]`` rows are applied (they override file values and may add whole
-    stages); rows for other sections are ignored. Values are expanded like file values.
-    The stage graph is validated again. ``config`` itself is not changed.
+    Only ``[stage-*]`` and ``[schedule-*]`` rows are applied (they override file
+    values and may add whole stages and schedules); rows for other sections are
+    ignored. Values are expanded like file values. The stage graph and the
+    schedules are validated again. ``config`` itself is not changed.
     An overlay section of a stage the file does not define that holds only PAUSED is
     ignored with a warning (see :func:`_drop_pause_only_sections`): pausing can never
     make the graph stop parsing.
@@ -373,12 +452,20 @@ def apply_overlay(config: Config, rows: Iterable[tuple[str, str, str | None]]) -
     """
     merged = Ini(
         sections={sec: dict(opts) for sec, opts in config.sections.items()},
-        names={"stage-" + name.lower(): "stage-" + name for name in config.stages},
+        names={
+            **{"stage-" + name.lower(): "stage-" + name for name in config.stages},
+            **{"schedule-" + name.lower(): "schedule-" + name for name in config.schedules},
+        },
         origins=dict(config.origins),
     )
-    merge_rows(merged, rows, OVERLAY_ORIGIN, _is_stage_section, os.environ)
+    merge_rows(merged, rows, OVERLAY_ORIGIN, _is_overlay_section, os.environ)
     _drop_pause_only_sections(merged, config)
     stages = _build_stages(merged.sections, merged.names, merged.origins)
+    schedules = _build_schedules(merged.sections, merged.names, merged.origins, stages)
     return dataclasses.replace(
-        config, stages=stages, sections=merged.sections, origins=merged.origins
+        config,
+        stages=stages,
+        schedules=schedules,
+        sections=merged.sections,
+        origins=merged.origins,
     )

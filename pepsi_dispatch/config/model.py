@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pepsi_dispatch.config.schedule import ScheduleConfig
 from pepsi_dispatch.contract import DEFAULT_MAX_RETRIES
 
 
@@ -60,3 +61,5 @@ class Config:
     #: Extension: where each value came from, (section, OPTION) -> "FILE:LINE" or
     #: OVERLAY_ORIGIN; (section, "") is the section header.
     origins: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
+    #: ``[schedule-NAME]`` sections, by name, in file order (overlay ones after).
+    schedules: dict[str, ScheduleConfig] = field(default_factory=dict)

@@ -21,7 +21,7 @@ Claim floors: docs/INTERNALS.md, "Claim floors".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,14 +264,18 @@ class Ledger:
             return None
         return [self.floors.get(s) for s in stages]
 
-    def raise_floors(self, claimed: list[tuple[int, str]]) -> None:
-        """The claim took a stage's lowest pending ids above its floor: every
-        pending row of that stage up to the highest id returned is claimed."""
+    def raise_floors(self, claimed: list[tuple[int, str]], off_floor: Collection[int] = ()) -> None:
+        """The claim took a stage's lowest pending priority-0 ids above its floor
+        (after any of a higher priority): every pending priority-0 row of that
+        stage up to the highest such id returned is claimed. ``off_floor`` are
+        the claimed ids whose priority is not 0; the floor does not bound those
+        rows, so they never raise it."""
         if self.competing:
             return
         floors = self.floors
+        skip = set(off_floor) if off_floor else ()
         for i, stage in claimed:
-            if i > floors.get(stage, 0):
+            if i > floors.get(stage, 0) and i not in skip:
                 floors[stage] = i
 
 

@@ -42,6 +42,7 @@ from pepsi_dispatch.coordinator.duties import Every, earliest
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.privileges import check_access, config_files, log_files
+from pepsi_dispatch.coordinator.schedules import Scheduler
 from pepsi_dispatch.coordinator.sdnotify import SystemdWatchdog, notify
 from pepsi_dispatch.coordinator.signals import SelfPipe
 from pepsi_dispatch.coordinator.startup import open_database
@@ -128,6 +129,7 @@ class Dispatcher:
         self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
         self.heartbeat_duties = self._heartbeat_duties()
         self.early_gauges = gauges.EarlyGauges()
+        self.scheduler = Scheduler(config.schedules, self.db, lambda: not self.shutting_down)
 
     def _database_side(self, now: float) -> None:
         """The database side's parts (coordinator/database/), sharing the fence."""
@@ -190,6 +192,7 @@ class Dispatcher:
         self.link.watch_listen(self._on_listen)
         self.supervisor.dispatcher_id = self.fence.id = self.dispatcher_id
         self.supervisor.build(self.config)
+        self.scheduler.replace(self.config.schedules)  # with the overlay's schedules
         stages = ", ".join(
             f"{s.name}({s.parallelism}x{s.queue_limit})" for s in self.config.stages.values()
         )
@@ -277,6 +280,7 @@ class Dispatcher:
                 earliest(self.heartbeat_duties, now),
                 self.round_trip.next_due(now),
                 self.stats_flush.next_due(now),
+                self.scheduler.next_due(now),
             )
         else:
             t = link.reconnect_at
@@ -316,8 +320,8 @@ class Dispatcher:
             self.supervisor.kill_all_now(now)
 
     def _run_duties(self, now: float) -> None:
-        """The heartbeat's duties that are due, in order, while the database is ready."""
-        for duty in self.heartbeat_duties:
+        """The heartbeat's duties, then the schedules', when due and the database is ready."""
+        for duty in (*self.heartbeat_duties, self.scheduler):
             if not self.link.ready(now):
                 return
             if now >= duty.next_due(now):
@@ -410,6 +414,7 @@ class Dispatcher:
             return
         self.ledger.rescan()  # stray rows were released; notifications may be lost
         self.flip.due_now(now)
+        self.scheduler.registered = False  # learn what other replicas settled meanwhile
         if done is LinkState.RECONNECT_WORK:
             return  # no notification was missed: the listen connection stayed
         # A config_changed may have been missed while disconnected: reload, but
@@ -484,6 +489,9 @@ class Dispatcher:
             self.link.lost(now, exc)
             return
         self.file_config = base
+        if new.schedules != self.config.schedules:  # no reason to retire workers by itself
+            self.scheduler.replace(new.schedules)
+            self.config = replace(self.config, schedules=new.schedules, sections=new.sections)
         if only_if_changed and new.stages == self.config.stages:
             return
         if (

@@ -107,9 +107,8 @@ SQL_REGISTER_STAGES: Final = (
 SQL_CHECK_ANSWERED: Final = (
     "SELECT workqueue_id, stage FROM pepsi.check_answered(%s::bigint, %s::bigint[])"
 )
-SQL_CLAIM: Final = (
-    "SELECT workqueue_id, stage FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean,"
-    " %s::bigint[])"
+SQL_CLAIM: Final = (  # workqueue_id, stage, priority
+    "SELECT * FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[])"
 )
 # statement_timestamp() comes along so the next-due timer is computed on the
 # database's clock, immune to skew between this host and the server. A row
@@ -171,6 +170,8 @@ class RoundTripResult:
     left_running: list[tuple[int, str]]
     requeue: Requeue | None
     claimed: list[tuple[int, str]]
+    #: claimed ids of priority != 0: claim floors bound priority-0 rows only.
+    off_floor: list[int] = field(default_factory=list)
     #: failures record_dispatch_error paused for an automatic retry instead of
     #: failing: (id, stage, status, reason) of the ``failures`` entries it retried.
     retried: list[tuple[int, str, str, str]] = field(default_factory=list)
@@ -497,16 +498,12 @@ class Database:
         stages: Sequence[str],
         caps: Sequence[int],
         after_ids: Sequence[int | None] | None,
-    ) -> list[tuple[int, str]]:
-        """``pepsi.claim`` alone: (id, stage) of the rows claimed."""
+    ) -> tuple[list[tuple[int, str]], list[int]]:
+        """``pepsi.claim`` alone: (id, stage) of the claimed rows; ids of priority != 0."""
         work = self.work
         assert work is not None
         args = self._claim_args(dispatcher_id, stages, caps, after_ids)
-
-        def run() -> list[tuple[int, str]]:
-            return [(r[0], r[1]) for r in work.execute(SQL_CLAIM, args).fetchall()]
-
-        return rerun_on_conflict(run, "claim")
+        return rerun_on_conflict(lambda: _claimed(work.execute(SQL_CLAIM, args)), "claim")
 
     def _claim_args(
         self, dispatcher_id: int, stages: Sequence[str], caps: Sequence[int], after_ids: Any
@@ -529,8 +526,7 @@ class Database:
         ``answered`` -- ids answered ``0``, for ``pepsi.check_answered``;
         ``requeue`` -- arguments of ``pepsi.requeue_due`` or None;
         ``claim`` -- (stages, caps, after_ids) for ``pepsi.claim`` or None;
-        after_ids (the claim floors, aligned with stages, None = no bound) is
-        None or a list.
+        after_ids: the claim floors, aligned with stages (None: no bound), or None.
         Order matters: failures and checks first, so a claim in the same
         pipeline can never see a row this round trip is still settling.
         """
@@ -540,7 +536,7 @@ class Database:
             # The claim alone (an idle dispatcher woken by an enqueue): one plain
             # statement, one write, instead of a pipeline's Bind, Sync and Flush
             # sent apart -- 0.37 ms less per wake measured (docs/BENCHMARKS.md).
-            return RoundTripResult([], None, self.claim(dispatcher_id, *claim))
+            return RoundTripResult([], None, *self.claim(dispatcher_id, *claim))
 
         def run() -> RoundTripResult:
             c_err = c_chk = c_req = c_claim = None
@@ -562,17 +558,25 @@ class Database:
                 if claim is not None:
                     c_claim = work.execute(SQL_CLAIM, self._claim_args(dispatcher_id, *claim))
             retried: list[tuple[int, str, str, str]] = []
+            claimed, off_floor = _claimed(c_claim) if c_claim else ([], [])
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
                 retried = [(e[0], paused[e[0]], e[1], e[2]) for e in failures if e[0] in paused]
             return RoundTripResult(
                 left_running=[(r[0], r[1]) for r in c_chk.fetchall()] if c_chk else [],
                 requeue=_requeue(c_req.fetchone()) if c_req else None,
-                claimed=[(r[0], r[1]) for r in c_claim.fetchall()] if c_claim else [],
+                claimed=claimed,
                 retried=retried,
+                off_floor=off_floor,
             )
 
         return rerun_on_conflict(run, "round trip")
+
+
+def _claimed(cur: Any) -> tuple[list[tuple[int, str]], list[int]]:
+    """Claim rows (id, stage, priority) -> (id, stage) pairs, ids of priority not 0."""
+    rows = cur.fetchall()
+    return [(r[0], r[1]) for r in rows], [r[0] for r in rows if r[2]]
 
 
 def _requeue(row: Any) -> Requeue:

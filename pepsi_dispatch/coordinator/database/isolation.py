@@ -76,7 +76,7 @@ class Isolation:
             if requeue is not None:
                 result.requeue = self._requeue_alone(now, requeue)
             if claim is not None:
-                result.claimed = self._claim_by_stage(claim, claim_failed)
+                result.claimed, result.off_floor = self._claim_by_stage(claim, claim_failed)
         except psycopg.Error as lost:
             self.link.lost(now, lost)
             return None
@@ -144,7 +144,10 @@ class Isolation:
             self.flip.failed(now)
             return None
 
-    def _claim_by_stage(self, claim: ClaimArgs, claim_failed: list[str]) -> list[tuple[int, str]]:
+    def _claim_by_stage(
+        self, claim: ClaimArgs, claim_failed: list[str]
+    ) -> tuple[list[tuple[int, str]], list[int]]:
+        """(id, stage) of the rows claimed, and the ids among them of priority not 0."""
         stages, caps, after_ids = claim
         try:
             return self.db.claim(self.fence.id, stages, caps, after_ids)
@@ -152,16 +155,19 @@ class Isolation:
             if not self.poisoned(exc):
                 raise
         out: list[tuple[int, str]] = []
+        off_floor: list[int] = []
         for i, stage in enumerate(stages):
             after = None if after_ids is None else [after_ids[i]]
             try:
-                out.extend(self.db.claim(self.fence.id, [stage], [caps[i]], after))
+                claimed, off = self.db.claim(self.fence.id, [stage], [caps[i]], after)
+                out.extend(claimed)
+                off_floor.extend(off)
             except psycopg.Error as exc:
                 if not self.poisoned(exc):
                     raise
                 log.error("stage %s: claim failed: %s", stage, error_line(exc))
                 claim_failed.append(stage)
-        return out
+        return out, off_floor
 
 
 __all__ = ["Isolation"]

@@ -205,7 +205,7 @@ class RoundTrip:
         if count_retried(self.stats, result):
             self.flip.due_now(now)  # learn when they are due
         if result.claimed:
-            self.ledger.raise_floors(result.claimed)
+            self.ledger.raise_floors(result.claimed, result.off_floor)
 
     # == registration ============================================================
     def declared_dead(self) -> bool:

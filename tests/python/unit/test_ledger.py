@@ -184,6 +184,17 @@ def test_invariant_4_floors_follow_claims_and_drop_below_every_write():
     assert ledger.floors == {"a": 9, "b": 9}
 
 
+def test_invariant_4_rows_of_another_priority_never_raise_a_floor():
+    """Invariant 4 with priorities: the floor bounds only priority-0 rows, so a
+    claimed row of priority 5 (id 90) taken before pending priority-0 rows with
+    lower ids must not lift the floor past them."""
+    ledger = Ledger()
+    ledger.raise_floors([(90, "a"), (10, "a"), (11, "a")], off_floor=[90])
+    assert ledger.floors == {"a": 11}
+    ledger.raise_floors([(95, "b")], off_floor=[95])
+    assert "b" not in ledger.floors
+
+
 def test_invariant_4_floors_are_never_used_in_competing_mode():
     """Invariant 4: a competing replica never bounds its claim."""
     ledger = Ledger(competing=True)

@@ -1,0 +1,226 @@
+"""The ``[schedule-NAME]`` sections at run time: one message per tick.
+
+The :class:`Scheduler` is one of the loop's duties (coordinator/duties.py):
+its :meth:`~Scheduler.next_due` is the earliest next tick, so the loop wakes
+for a tick and for nothing else (no polling, no wake when nothing is due),
+and :meth:`~Scheduler.run` enqueues the ticks that are due. A due tick goes to
+``pepsi.fire_schedule``, which records it in ``pepsi.schedule_ticks`` in the
+same transaction as its message, under the schedule's row lock: competing
+replicas fire the same ticks and exactly one message per tick is enqueued.
+
+Which ticks (pepsi_dispatch/config/schedule.py): every tick that comes while
+this dispatcher runs, plus, at start-up and after a reload or reconnect, the
+ticks nobody settled while no dispatcher ran, as CATCH_UP allows. A tick is
+"settled" once the database has it; what we remember of that (``settled``)
+only saves calls: the database refuses a settled tick whatever we send.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pepsi_dispatch.config.schedule import (
+    ScheduleConfig,
+    missed_ticks,
+    next_tick,
+    ticks_between,
+)
+from pepsi_dispatch.coordinator.database.calls import Database, rerun_on_conflict
+from pepsi_dispatch.coordinator.database.link import error_line
+
+log = logging.getLogger(__name__)
+
+INF = float("inf")
+#: After a statement error that is not a lost connection (a dropped stage
+#: name, missing privileges): try the schedule again this much later.
+RETRY_AFTER_ERROR = 30.0
+
+SQL_REGISTER = (
+    "SELECT name, settled_through FROM pepsi.register_schedules("
+    "%s::text[], %s::text[], %s::text[], %s::timestamptz[])"
+)
+SQL_FIRE = (
+    "SELECT tick, workqueue_id, inserted FROM pepsi.fire_schedule("
+    "%s, %s::timestamptz[], %s, %s, %s::int, %s::text, %s::timestamptz)"
+)
+
+
+class Scheduler:
+    """The schedules of one configuration, as a duty: their settled and next ticks."""
+
+    name = "schedules"
+
+    def __init__(
+        self,
+        schedules: Mapping[str, ScheduleConfig],
+        db: Database,
+        active: Callable[[], bool] = lambda: True,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """``active``: False while the dispatcher stops (no ticks then). ``wall``
+        (aware UTC now) is injected for tests; the loop passes its monotonic
+        ``now`` to :meth:`next_due` and :meth:`run`."""
+        self.db = db
+        self.active = active
+        self.wall = wall
+        self.schedules = dict(schedules)
+        #: name -> every tick at or before this is in the database.
+        self.settled: dict[str, datetime] = {}
+        #: name -> the next tick to fire (wall clock).
+        self.next: dict[str, datetime] = {}
+        #: name -> monotonic time before which a failing schedule is not tried.
+        self.blocked_until: dict[str, float] = {}
+        #: the ticks nobody settled while no dispatcher ran, owed since register().
+        self.owed: dict[str, list[datetime]] = {}
+        self.registered = False
+        #: monotonic time before which a failed registration is not tried again.
+        self.register_blocked_until = 0.0
+
+    def replace(self, schedules: Mapping[str, ScheduleConfig]) -> None:
+        """A reloaded configuration: register again before firing."""
+        self.schedules = dict(schedules)
+        self.registered = False
+
+    def register(self) -> None:
+        """Tell the database our schedules (start, reload, reconnect); learn
+        what is settled and which missed ticks we owe. Raises psycopg.Error."""
+        work = self.db.work
+        assert work is not None
+        now = self.wall()
+        scheds = list(self.schedules.values())
+        nexts = [next_tick(s, now) for s in scheds]
+        args = (
+            [s.name for s in scheds],
+            [s.stage for s in scheds],
+            [s.spec() for s in scheds],
+            nexts,
+        )
+
+        def run() -> list[tuple[str, datetime]]:
+            return work.execute(SQL_REGISTER, args).fetchall()
+
+        rows = dict(rerun_on_conflict(run, "register_schedules"))
+        self.settled, self.next, self.owed, self.blocked_until = {}, {}, {}, {}
+        for s, nxt in zip(scheds, nexts, strict=True):
+            settled = rows.get(s.name)
+            owed = missed_ticks(s, settled, now)
+            self.settled[s.name] = settled or now
+            self.owed[s.name] = owed
+            self.next[s.name] = owed[0] if owed else nxt
+        self.registered = True
+        if scheds:
+            log.info(
+                "schedules: %s",
+                ", ".join(
+                    f"{s.name} ({s.spec()} -> {s.stage}, next {self.next[s.name]:%H:%M:%S})"
+                    for s in scheds
+                ),
+            )
+
+    def next_due(self, now: float) -> float:
+        """Monotonic time of the earliest due tick (INF: no schedules, or stopping)."""
+        if not self.schedules or not self.active():
+            return INF
+        if not self.registered:
+            return INF if not self.schedules else self.register_blocked_until
+        if not self.next:
+            return INF
+        wall_now = self.wall()
+        mono_now = now
+        best = INF
+        for name, tick in self.next.items():
+            at = mono_now + (tick - wall_now).total_seconds()
+            best = min(best, max(at, self.blocked_until.get(name, 0.0)))
+        return best
+
+    def run(self, now: float) -> None:
+        """Enqueue every due tick (register first if needed). Raises psycopg.Error
+        for a lost connection only."""
+        self.fire_due(now)
+
+    def fire_due(self, mono: float) -> int:
+        """:meth:`run`, returning the number of messages enqueued."""
+        if not self.schedules or not self.active():
+            return 0
+        if not self.registered:
+            if self.register_blocked_until > mono:
+                return 0
+            try:
+                self.register()
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                log.error(
+                    "schedules: registering them failed (%s); next try in %g s",
+                    error_line(exc),
+                    RETRY_AFTER_ERROR,
+                )
+                self.register_blocked_until = mono + RETRY_AFTER_ERROR
+                return 0
+        now = self.wall()
+        n = 0
+        for s in self.schedules.values():
+            if self.next[s.name] > now or self.blocked_until.get(s.name, 0.0) > mono:
+                continue
+            ticks = self.owed.pop(s.name, []) or ticks_between(s, self.settled[s.name], now)
+            try:
+                n += self._fire(s, ticks)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                log.error(
+                    "schedule %s: enqueuing its tick failed (%s); next try in %g s",
+                    s.name,
+                    error_line(exc),
+                    RETRY_AFTER_ERROR,
+                )
+                self.blocked_until[s.name] = mono + RETRY_AFTER_ERROR
+        return n
+
+    def _fire(self, s: ScheduleConfig, ticks: list[datetime]) -> int:
+        work = self.db.work
+        assert work is not None
+        # The first tick after the last one given: normally after now; after
+        # owed (missed) ticks maybe already due, then the next wake fires it.
+        following = next_tick(s, max([self.settled[s.name], *ticks]))
+        args = (
+            s.name,
+            ticks,
+            s.stage,
+            Jsonb(s.payload_object()),
+            s.priority,
+            s.dedupe_key,
+            following,
+        )
+
+        def run() -> list[tuple[datetime, int, bool]]:
+            return work.execute(SQL_FIRE, args).fetchall()
+
+        rows = rerun_on_conflict(run, "fire_schedule")
+        if ticks:
+            self.settled[s.name] = max(self.settled[s.name], max(ticks))
+        self.next[s.name] = following
+        inserted = [r for r in rows if r[2]]
+        for tick, mid, _new in inserted:
+            log.info("schedule %s: tick %s enqueued as message %d", s.name, _iso(tick), mid)
+        for tick, mid, _new in (r for r in rows if not r[2]):
+            log.info(
+                "schedule %s: tick %s not enqueued: message %d still holds key %r",
+                s.name,
+                _iso(tick),
+                mid,
+                s.dedupe_key,
+            )
+        return len(inserted)
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="seconds")
+
+
+__all__ = ["Scheduler"]

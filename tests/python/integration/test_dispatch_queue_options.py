@@ -1,0 +1,219 @@
+"""Priorities, dedupe keys, schedules and reschedule with the real dispatcher.
+
+Each test runs `pepsi-dispatch serve` (and pepsi-queue) as subprocesses against its
+own database, with real workers and real signals. POLL_INTERVAL is 60 s, so what
+happens within the deadlines was driven by notifications, answers and timers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from datetime import timedelta
+from itertools import pairwise
+from pathlib import Path
+
+from dispatch_harness import VENV_BIN, Harness, harness_fixture, wait_until  # noqa: F401
+
+QUEUE = VENV_BIN / "pepsi-queue"
+
+
+def queue_cli(h: Harness, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(QUEUE), *args],
+        env={**os.environ, "PEPSI_DSN": h.dsn, "PEPSI_CONFIG": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def add_schedule(conf: Path, name: str, **options: str) -> None:
+    text = conf.read_text() + f"\n[schedule-{name}]\n"
+    text += "".join(f"{k.upper()} = {v}\n" for k, v in options.items())
+    conf.write_text(text)
+
+
+def start_order(h: Harness, ids: list[int]) -> list[int]:
+    """The ids in the order their runs started (the worker log's START lines)."""
+    runs = [(r.start, wq) for wq in ids for r in h.wlog().runs_of(wq)]
+    return [wq for _start, wq in sorted(runs)]
+
+
+def test_priorities_in_the_order_a_one_by_one_stage_runs_them(h: Harness) -> None:
+    """PARALLELISM 1, QUEUE_LIMIT 1: each claim takes one row; the highest priority
+    goes first, equal priorities in enqueue order, negative ones last. A priority
+    row claimed before older priority-0 rows must not lift the claim floor past
+    them (they would wait for the 60 s heartbeat)."""
+    plan = [0, 0, 5, -2, 0, 9, 5, 0]
+    ids = [
+        h.conn.execute(
+            "SELECT pepsi.enqueue('a', %s, priority => %s)", ('{"do": "sleep:0.05;next"}', p)
+        ).fetchone()[0]
+        for p in plan
+    ]
+    h.start(h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=1)))
+    h.wait_all("done", timeout=30)
+    ranked = sorted((-p, n, i) for n, (p, i) in enumerate(zip(plan, ids, strict=True)))
+    expected = [i for _p, _n, i in ranked]
+    assert start_order(h, ids) == expected
+
+    # Later arrivals too: a priority message enqueued behind a backlog overtakes it.
+    later = h.conn.execute(
+        "SELECT pepsi.enqueue_many('a', %s::jsonb[])", (['{"do": "sleep:0.2;next"}'] * 6,)
+    ).fetchall()
+    backlog = [r[0] for r in later]
+    wait_until(lambda: h.row(backlog[0])["status"] != "pending", 10)
+    urgent = h.conn.execute("SELECT pepsi.enqueue('a', '{}', priority => 1)").fetchone()[0]
+    h.wait_all("done", timeout=30)
+    order = start_order(h, [*backlog, urgent])
+    assert order.index(urgent) <= 2, order  # after at most the one or two already taken
+
+
+def test_dedupe_key_across_a_two_stage_pipeline(h: Harness) -> None:
+    """While the keyed message is anywhere in the pipeline (pending, running,
+    paused, at either stage) the key returns its id; done, the key is free."""
+    h.start(h.conf(h.pipeline(["a", "b"])))
+    first = h.conn.execute(
+        "SELECT pepsi.enqueue('a', %s, dedupe_key => 'order-17')",
+        ('{"do_a": "sleep:1;next", "do_b": "pause_once:1"}',),
+    ).fetchone()[0]
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        row = h.row(first)
+        if row["status"] == "done":
+            break
+        again = h.conn.execute(
+            "SELECT pepsi.enqueue('a', '{}', dedupe_key => 'order-17')"
+        ).fetchone()[0]
+        assert again == first, (row["stage"], row["status"])
+        seen.add((row["stage"], row["status"]))
+        time.sleep(0.05)
+    assert h.row(first)["status"] == "done"
+    assert ("a", "running") in seen and ("b", "paused") in seen, seen
+    n = h.conn.execute("SELECT count(*) FROM pepsi.workqueue WHERE dedupe_key = 'order-17'")
+    assert n.fetchone()[0] == 1
+    rc = queue_cli(h, "enqueue", "--key", "order-17", "--priority", "3", "a", '{"n": 2}')
+    assert rc.returncode == 0, rc.stderr
+    second = int(rc.stdout.split()[0])
+    assert second != first
+    assert h.row(second)["payload"] == {"n": 2}
+    h.wait_all("done", timeout=30)
+
+
+def schedule_ticks(h: Harness, stage: str) -> list:
+    return [
+        r[0]
+        for r in h.conn.execute(
+            "SELECT (state->>'scheduled_for')::timestamptz FROM pepsi.workqueue"
+            " WHERE stage = %s ORDER BY 1",
+            (stage,),
+        ).fetchall()
+    ]
+
+
+def test_every_second_with_two_competing_replicas_and_a_restart(h: Harness) -> None:
+    """EVERY = 1 s, two competing replicas for about 10 s; one is stopped with SIGTERM
+    and started again in between. One message per tick: none doubled, none missing
+    (CATCH_UP 0 loses nothing here: the other replica fires while one is down)."""
+    conf = h.conf(h.pipeline(["t"]), COMPETING="YES", ORPHAN_TIMEOUT="30 s")
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s", PAYLOAD='{"from": "pulse"}')
+    one = h.start(conf)
+    h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) >= 3, 15, message="3 ticks")
+    assert one.terminate() == 0
+    time.sleep(2.0)  # one tick or two with only the other replica
+    again = h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) >= 10, 20, message="10 ticks")
+    for d in h.dispatchers:
+        if d.running():
+            assert d.terminate() == 0
+    ticks = schedule_ticks(h, "t")
+    assert len(ticks) == len(set(ticks)), f"a tick enqueued twice: {ticks}"
+    gaps = [b - a for a, b in pairwise(ticks)]
+    assert all(g == timedelta(seconds=1) for g in gaps), f"missing ticks: {ticks}"
+    assert all(t.microsecond == 0 for t in ticks), ticks
+    rows = h.conn.execute(
+        "SELECT payload, status FROM pepsi.workqueue WHERE stage = 't'"
+    ).fetchall()
+    assert {r[0]["from"] for r in rows} == {"pulse"}
+    record = h.conn.execute(
+        "SELECT last_tick, spec FROM pepsi.schedules() WHERE name = 'pulse'"
+    ).fetchone()
+    assert record == (ticks[-1], "EVERY 1 s")
+    assert "schedules: pulse" in again.log()
+
+
+def test_catch_up_0_enqueues_only_the_latest_missed_tick(h: Harness) -> None:
+    """With no dispatcher running, ticks are missed; the next start enqueues the
+    latest of them once (CATCH_UP 0), then every tick again."""
+    conf = h.conf(h.pipeline(["t"]))
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s")
+    d = h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) >= 2, 15, message="2 ticks")
+    assert d.terminate() == 0
+    before = schedule_ticks(h, "t")
+    time.sleep(3.5)  # three or four ticks with no dispatcher
+    h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) >= len(before) + 3, 15, message="ticks")
+    after = schedule_ticks(h, "t")
+    catch_up = after[len(before)]
+    assert catch_up - before[-1] >= timedelta(seconds=3), (before, after)
+    gaps = [b - a for a, b in pairwise(after[len(before) :])]
+    assert all(g == timedelta(seconds=1) for g in gaps), after
+
+
+def test_a_bad_schedule_is_a_configuration_error_with_file_and_line(h: Harness) -> None:
+    conf = h.conf(h.pipeline(["t"]))
+    add_schedule(conf, "broken", STAGE="t", CRON="61 * * * *")
+    line = conf.read_text().splitlines().index("CRON = 61 * * * *") + 1
+    d = h.start(conf, wait=False)
+    assert d.wait_exit(30) == 2
+    assert f"{conf}:{line}: [schedule-broken] CRON = '61 * * * *': not a cron expression" in d.log()
+
+
+def test_reschedule_from_the_cli(h: Harness) -> None:
+    """A message delayed by an hour runs within seconds of `reschedule --now`; a
+    done one is refused with a pointer to requeue, a running one as running."""
+    h.start(h.conf(h.pipeline(["a"])))
+    rc = queue_cli(h, "enqueue", "--in", "1 h", "a", '{"do": "sleep:1;next"}')
+    assert rc.returncode == 0, rc.stderr
+    mid = int(rc.stdout.split()[0])
+    assert h.row(mid)["status"] == "paused"
+    later = queue_cli(h, "reschedule", str(mid), "--in", "2 h")
+    assert later.returncode == 0, later.stderr
+    assert h.row(mid)["status"] == "paused"
+    now = queue_cli(h, "reschedule", str(mid), "--now")
+    assert now.returncode == 0, now.stderr
+    wait_until(lambda: h.row(mid)["status"] == "running", 10, message="the rescheduled run")
+    running = queue_cli(h, "reschedule", str(mid), "--now")
+    assert running.returncode == 1
+    assert "is running at stage a" in running.stderr
+    h.wait_all("done", timeout=20)
+    assert h.row(mid)["retries"] == 0
+    done = queue_cli(h, "reschedule", str(mid))
+    assert done.returncode == 1 and "is done" in done.stderr
+
+    fid = h.conn.execute("SELECT pepsi.enqueue('a', '{\"do\": \"sqlfail\"}')").fetchone()[0]
+    h.wait_all(["done", "failed"], timeout=20)
+    refused = queue_cli(h, "reschedule", str(fid), "--now")
+    assert refused.returncode == 1
+    assert "requeue it instead" in refused.stderr and "pepsi-queue requeue" in refused.stderr
+
+
+def test_schedules_command_lists_last_and_next_tick(h: Harness) -> None:
+    conf = h.conf(h.pipeline(["t"]))
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s")
+    add_schedule(conf, "nightly", STAGE="t", CRON="30 2 * * *", TIMEZONE="Europe/Berlin")
+    h.start(conf)
+    wait_until(lambda: schedule_ticks(h, "t"), 15, message="a tick")
+    out = queue_cli(h, "-c", str(conf), "schedules")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:3] == ["SCHEDULE", "STAGE", "TICKS"]
+    nightly = next(line for line in lines if line.startswith("nightly"))
+    assert "CRON 30 2 * * * (Europe/Berlin)" in nightly and "UTC" in nightly
+    pulse = next(line for line in lines if line.startswith("pulse"))
+    assert "EVERY 1 s" in pulse and pulse.count("UTC") == 2  # a last and a next tick
