@@ -339,8 +339,21 @@ class App:
         )
 
     def message(self, wid: int) -> dict[str, Any] | None:
-        rows = self.query("SELECT pepsi.dashboard_message(%s) AS m", (wid,))
-        return rows[0]["m"]
+        """One message (``dashboard_message``) with its attempt history
+        (``message_history``, oldest first) and its stage's MAX_RETRIES."""
+        m = self.query("SELECT pepsi.dashboard_message(%s) AS m", (wid,))[0]["m"]
+        if m is None:
+            return None
+        m["history"] = self.query(
+            "SELECT attempt, stage, outcome, reason, traceback,"
+            " to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS started_at,"
+            " to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS ended_at"
+            " FROM pepsi.message_history(%s)",
+            (wid,),
+        )
+        stages = {s["stage"]: s for s in self.snapshot().data.get("stages") or []}
+        m["max_retries"] = (stages.get(m["stage"]) or {}).get("max_retries")
+        return m
 
     # -- actions (only with --allow-actions; each one SQL function) --------------------
     def requeue(self, ids: list[int]) -> int:

@@ -416,10 +416,7 @@ def cli(
     held_off_limit: str | None,
     log_level: str,
 ) -> int:
-    """Serve /metrics, /healthz and the web dashboard of a pepsi work queue.
-
-    Needs only a database: PEPSI_DSN, else [database] DSN of the configuration.
-    """
+    """Serve /metrics, /healthz and the web dashboard of a pepsi work queue; needs only a DSN."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s pepsi-httpd %(levelname)s %(message)s"
     )

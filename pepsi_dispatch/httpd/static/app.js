@@ -232,9 +232,14 @@ function lineChart(id, lines, yLabel, floor) {
     grid += `<line class="grid" x1="${L}" y1="${Y(v)}" x2="${W - R}" y2="${Y(v)}"/>
       <text class="tick" x="${L - 6}" y="${Y(v) + 4}" text-anchor="end">${fmtNum(v)}</text>`;
   }
+  const shown = new Set();
   for (let k = 0; k <= 4; k++) {
     const t = t0 + ((t1 - t0) * k) / 4;
-    grid += `<text class="tick" x="${X(t)}" y="${H - B + 16}" text-anchor="middle">${fmtTime(t).slice(11)}</text>`;
+    const label = fmtTime(t).slice(11);
+    if (shown.has(label) || (k > 0 && k < 4 && t1 - t0 < 8)) continue; // no overlapping labels
+    shown.add(label);
+    const anchor = k === 0 ? "start" : k === 4 ? "end" : "middle";
+    grid += `<text class="tick" x="${X(t)}" y="${H - B + 16}" text-anchor="${anchor}">${fmtTime(t).slice(11)}</text>`;
   }
   const paths = lines.map((l) => l.points.length ? `<path class="series${l.dashed ? " dashed" : ""}"
       stroke="${l.color}" d="${l.points.map((p, i) => (i ? "L" : "M") + X(p.t).toFixed(1) + "," + Y(p.v).toFixed(1)).join(" ")}"/>` : "").join("");
@@ -337,6 +342,7 @@ async function overview() {
       if (r) await refresh();
     });
   }
+  groupButtons();
   for (const b of main.querySelectorAll("button.win")) {
     b.onclick = () => { windowSeconds = Number(b.dataset.window); refresh(); };
   }
@@ -347,13 +353,33 @@ function groupHref(r) {
 function reasonsTable(reasons) {
   if (!reasons.length) return '<p class="muted" id="no-failures">no failed messages</p>';
   return `<table class="reasons"><thead><tr><th>stage</th><th>reason (numbers, ids and hex masked)</th>
-    <th class="num">messages</th><th class="num">newest</th></tr></thead><tbody>${reasons.map((r) => `<tr class="reason"
+    <th class="num">messages</th><th class="num">newest</th><th></th></tr></thead><tbody>${reasons.map((r) => `<tr class="reason"
       data-stage="${esc(r.stage)}" data-reason="${esc(r.reason)}"><td>${esc(r.stage)}</td>
       <td><a class="reason-link" href="${groupHref(r)}">${esc(r.reason)}</a>
       ${(r.raw || []).length > 1 || (r.raw || [{}])[0].reason !== r.reason ? `<details class="raw"><summary>${(r.raw || []).length}${(r.raw || []).length >= 5 ? "+" : ""} raw reason(s)</summary>
         <ul>${(r.raw || []).map((x) => `<li><code>${esc(x.reason)}</code> <span class="muted">x${x.count}</span></li>`).join("")}</ul></details>` : ""}</td>
       <td class="num" data-count>${r.count}</td>
-      <td class="num"><a href="/message/${r.newest_id}">#${r.newest_id}</a></td></tr>`).join("")}</tbody></table>`;
+      <td class="num"><a href="/message/${r.newest_id}">#${r.newest_id}</a></td>
+      <td>${ALLOW ? `<button class="requeue-group" data-stage="${esc(r.stage)}" data-group="${esc(r.reason)}"
+        data-count="${r.count}">Requeue group</button>` : ""}</td></tr>`).join("")}</tbody></table>
+    <p id="group-result" class="result"></p>`;
+}
+// "Requeue group": every message of the group (the newest 1000 at most), confirmed.
+function groupButtons() {
+  for (const b of main.querySelectorAll("button.requeue-group")) {
+    b.onclick = () => guarded(async () => {
+      const q = new URLSearchParams({ stage: b.dataset.stage, group: b.dataset.group, limit: "1000" });
+      const ids = (await getJSON("/api/messages?" + q.toString())).rows.map((r) => r.workqueue_id);
+      if (!ids.length) return;
+      const r = await act("/api/requeue", { ids },
+        `Requeue the ${ids.length} message(s) of group "${b.dataset.group}" (stage ${b.dataset.stage})?`);
+      if (r) {
+        await refresh();
+        const out = document.getElementById("group-result");
+        if (out) out.textContent = `${r.rows} of ${ids.length} message(s) of "${b.dataset.group}" requeued`;
+      }
+    });
+  }
 }
 async function failures() {
   const q = new URLSearchParams(location.search);
@@ -364,6 +390,7 @@ async function failures() {
       <p class="muted">Failed, timed-out and expired messages grouped by stage and reason, numbers, ids and
       hex masked. Open a group for its messages and actions; "raw reasons" shows the reasons as written.</p>
       ${reasonsTable(d.failure_reasons)}</section>`;
+    groupButtons();
     return;
   }
   const group = q.get("group") || q.get("reason");
@@ -495,12 +522,12 @@ async function message(id) {
     <tr><th>payload</th><td><pre id="msg-payload">${esc(JSON.stringify(m.payload, null, 1))}</pre></td></tr>
     <tr><th>state</th><td><pre>${esc(JSON.stringify(st, null, 1))}</pre></td></tr>
     </tbody></table></section>
-    ${Array.isArray(hist) ? `<section><h2>History <span class="muted">(attempts, newest last)</span></h2>
-      <table id="history"><thead><tr><th>stage</th><th>started</th><th>ended</th><th>outcome</th><th>reason</th></tr></thead>
-      <tbody>${hist.map((a) => `<tr><td>${esc(a.stage)}</td><td>${esc(a.started_at ?? "-")}</td>
+    ${Array.isArray(hist) ? `<section><h2>History <span class="muted">(the last attempts, oldest first; times UTC)</span></h2>
+      <table id="history"><thead><tr><th>#</th><th>stage</th><th>started</th><th>ended</th><th>outcome</th><th>reason</th></tr></thead>
+      <tbody>${hist.map((a) => `<tr data-outcome="${esc(a.outcome)}"><td>${esc(a.attempt ?? "")}</td><td>${esc(a.stage)}</td><td>${esc(a.started_at ?? "-")}</td>
         <td>${esc(a.ended_at ?? "-")}</td><td>${badge(String(a.outcome || "?"))}</td>
         <td>${esc(a.reason ?? "")}${a.traceback ? `<details><summary>traceback</summary><pre>${esc(a.traceback)}</pre></details>` : ""}</td></tr>`).join("") ||
-        '<tr><td colspan="5" class="muted">no attempts recorded</td></tr>'}</tbody></table></section>` : ""}`;
+        '<tr><td colspan="6" class="muted">no attempts recorded</td></tr>'}</tbody></table></section>` : ""}`;
   const rq = document.getElementById("btn-requeue");
   if (rq) rq.onclick = () => guarded(async () => {
     const r = await act("/api/requeue", { ids: [m.workqueue_id] }, `Requeue message #${m.workqueue_id}?`);

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dispatch_harness import Harness, harness_fixture, wait_until  # noqa: F401
+from dispatch_harness import VENV_BIN, Harness, harness_fixture, wait_until  # noqa: F401
 from httpd_harness import Httpd
 from selenium import webdriver
 from selenium.common.exceptions import (
@@ -198,8 +199,16 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
     click(browser, f"{group} details.raw summary")
     raw = text_of(browser, f"{group} details.raw") or ""
     assert "bad input n=201" in raw and "bad input n=200" in raw, raw
-    browser.save_screenshot(str(shots / "failures.png"))
     docs_shot(browser, "dashboard-failures.png")
+    # An action per group: requeue all of it (confirm), with a result line.
+    click(browser, f"{group} button.requeue-group")
+    assert 'Requeue the 3 message(s) of group "bad input n=<n>"' in accept_confirm(browser)
+    wait_until(lambda: "3 of 3" in (text_of(browser, "#group-result") or ""), 10)
+    assert h.conn.execute(
+        "SELECT count(*) FROM pepsi.workqueue WHERE state -> 'previous_error' ->> 'error'"
+        " LIKE 'bad input n=%'"
+    ).fetchone() == (3,)
+    browser.save_screenshot(str(shots / "failures.png"))
     click(browser, 'tr.reason[data-reason="scripted"] a.reason-link')
     wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#failed tr[data-id]")) == 3, 10)
     shown = [
@@ -221,6 +230,17 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
     # the first error is kept under previous_error.
     wait_until(lambda: "previous_error" in h.row(target)["state"], 10)
     wait_until(lambda: "previous_error" in (text_of(browser, "#message") or ""), 10)
+    # Its history: both failed attempts, and its retries against MAX_RETRIES.
+    wait_until(
+        lambda: (
+            len(browser.find_elements(By.CSS_SELECTOR, '#history tr[data-outcome="failed"]')) == 2
+        ),
+        10,
+        0.1,
+        lambda: text_of(browser, "#history") or "no history table",
+    )
+    assert text_of(browser, "#msg-retries") == "0 of 10 (MAX_RETRIES)"
+    docs_shot(browser, "dashboard-message.png")
 
     # -- a pending message: cancel it (confirm) -------------------------------------
     browser.get(f"{srv.base}/message/{cancel}")
@@ -317,7 +337,6 @@ def _message_list(h: Harness, srv: Httpd, browser: webdriver.Chrome, shots: Path
     wait_until(lambda: text_of(browser, "#msg-status") == "delayed", 10)
     assert browser.current_url.endswith(f"/message/{delayed}")
     assert text_of(browser, "#msg-due")
-    docs_shot(browser, "dashboard-message.png")
 
 
 def test_held_off_stage_in_the_dashboard(
@@ -348,6 +367,15 @@ def test_held_off_stage_in_the_dashboard(
         wait_until(lambda: srv.get("/healthz")[0] == 503, 10)
         assert "stage a no worker" in srv.get("/healthz")[2]
         assert 'pepsi_stage_health{stage="a",state="no_worker"} 1.0' in srv.get("/metrics")[2]
+        status = subprocess.run(
+            [str(VENV_BIN / "pepsi-queue"), "status"],
+            env={**os.environ, "PEPSI_DSN": h.dsn},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
+        assert "stage a: held off, no worker running since" in status, status
         browser.save_screenshot(str(tmp_path / "held-off.png"))
         docs_shot(browser, "dashboard-held-off.png")
     finally:
