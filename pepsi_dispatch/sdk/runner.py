@@ -11,14 +11,15 @@ import sys
 import time
 from enum import Enum
 from types import FrameType
+from typing import Any
 
 import psycopg
 
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
-from .loading import RELOAD, Loaded, distinct_runs, load_batch
-from .pipe import LineReader, one_line, write_answers
+from .loading import RELOAD, Loaded, distinct_runs, load_batch, loaded_lines
+from .pipe import LineReader, one_line, parse_id, write_answers
 from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
@@ -72,6 +73,11 @@ class StageRunner:
         # other's news between a test and a write.
         self._phase = RunnerState.WORKING
         self._stop_requested = False
+        #: group commit: id lines taken from stdin while a batch committed, and their
+        #: rows if loaded in the commit's round trip; served before stdin is read again
+        self._ahead_lines: list[bytes] = []
+        self._ahead_rows: dict[int, tuple[Any, ...]] | None = None
+        self._ahead_ids: set[int] = set()
 
     @property
     def state(self) -> RunnerState:
@@ -109,7 +115,7 @@ class StageRunner:
         """
         try:
             while self.state is not RunnerState.STOPPING:
-                lines = self.reader.lines()
+                lines, self._ahead_lines = self._ahead_lines or self.reader.lines(), []
                 if not lines:
                     return 0  # EOF
                 self._run_batch(lines)
@@ -148,6 +154,7 @@ class StageRunner:
                 if not self.connection.broken:
                     raise
                 print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
+                self._ahead_rows = None  # read before the loss: load again
                 self.connection.reconnect()
                 attempt = Attempt.REDO
 
@@ -163,7 +170,7 @@ class StageRunner:
         ahead = None
         if self.commit_mode is CommitMode.PER_MESSAGE:
             ahead = ReadAhead(self.reader.ready, lines)
-        todo = load_batch(conn, lines)
+        todo = self._load(conn, lines, attempt)
         while todo:
             for loaded in todo:
                 if loaded.row is RELOAD:  # a second copy: read after the first committed
@@ -209,11 +216,13 @@ class StageRunner:
         handlers have run for :data:`GROUP_WINDOW`); how many were answered.
         Raises :class:`BatchFailed`, rolled back, when it cannot commit."""
         conn = self.connection.conn
-        loaded = load_batch(conn, lines)
+        loaded = self._load(conn, lines, attempt)
         batch = GroupBatch(conn, self.set_based)
         try:
             answers, ending = self._group_messages(loaded, batch, attempt)
+            self._read_ahead(batch)
             batch.commit()
+            self._ahead_rows = batch.ahead_rows
         except BaseException:
             batch.rollback()
             raise
@@ -224,6 +233,26 @@ class StageRunner:
         if ending is not None:
             raise ending
         return len(answers)
+
+    def _load(self, conn: psycopg.Connection, lines: list[bytes], attempt: Attempt) -> list[Loaded]:
+        """The lines with their rows: read ahead with the last commit when every id
+        was (once, and not after a lost connection), else loaded now."""
+        rows = self._ahead_rows
+        wanted = {i for i in (parse_id(line) for line in lines) if i is not None}
+        if rows is not None and attempt is Attempt.FIRST and wanted <= self._ahead_ids:
+            self._ahead_rows = None  # each row read ahead is used once
+            return loaded_lines(lines, rows)
+        return load_batch(conn, lines)
+
+    def _read_ahead(self, batch: GroupBatch) -> None:
+        """Take the id lines waiting on stdin (if none are taken yet), for the
+        batch's commit to load their rows in its round trip."""
+        if self._ahead_lines:
+            return
+        self._ahead_lines = self.reader.ready()
+        ids = [i for i in (parse_id(line) for line in self._ahead_lines) if i is not None]
+        self._ahead_ids = set(ids)
+        batch.read_ahead = ids
 
     def _group_messages(
         self, loaded: list[Loaded], batch: GroupBatch, attempt: Attempt

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from .ahead import ReadAhead
+from .loading import GET_MESSAGES
 from .pipe import exc_reason
 from .statements import ADVANCE_MANY, FINISH_MANY, MANY, SINGLE, Statement
 
@@ -154,6 +155,10 @@ class GroupBatch:
         self.deferred: list[Deferred] = []
         #: slot -> the error of its first statement that changed nothing
         self.lost: dict[int, str] = {}
+        #: ids of the next batch (already waiting on stdin) to load in the commit's
+        #: round trip, and their rows once loaded (None: not loaded)
+        self.read_ahead: list[int] = []
+        self.ahead_rows: dict[int, tuple[Any, ...]] | None = None
         self._tx: psycopg.Transaction | None = None
 
     def open(self) -> None:
@@ -167,7 +172,9 @@ class GroupBatch:
 
     def commit(self) -> None:
         """Send what is deferred and commit the batch (one round trip when the
-        transaction has not begun: BEGIN, the statements and COMMIT in one pipeline)."""
+        transaction has not begun: BEGIN, the statements and COMMIT in one pipeline;
+        then the rows of :attr:`read_ahead` are loaded in the same round trip, just
+        before the COMMIT, and kept in :attr:`ahead_rows`)."""
         if self._tx is None:
             self._send_all(bracket=True)
             return
@@ -214,10 +221,16 @@ class GroupBatch:
                 if bracket:
                     self.conn.execute("BEGIN")
                 sent = [(self._send(kind, items), items) for kind, items in plan_flush(deferred)]
+                ahead = None
+                if bracket and self.read_ahead:
+                    # Inside the transaction: a row of this batch reads as it commits.
+                    ahead = self.conn.execute(GET_MESSAGES, (self.read_ahead,))
                 if bracket:
                     self.conn.execute("COMMIT")
             for results, items in sent:
                 self.note_results(items, results())
+            if ahead is not None:
+                self.ahead_rows = {row[0]: row for row in ahead.fetchall()}
         except psycopg.Error as exc:
             if self.conn.broken:
                 raise

@@ -809,3 +809,64 @@ def test_group_commit_slow_handlers_do_not_hold_earlier_answers(dsn, conf, did, 
         (ids,),
     ).fetchone()[0]
     assert stamps == 2
+
+
+def test_group_commit_reads_the_next_batch_ahead_in_order(dsn, conf, did, workers, conn):
+    """Ids written while a group runs are taken with its commit (their rows read in
+    the commit's round trip) and served next, in order: a second copy of an id of
+    the group sees the row as the group committed it (not running: answered 1,
+    its handler not run again), and the others run once each."""
+    plans = [{"a": {"op": "finish", "sleep": 0.2}} for _ in range(3)]
+    plans[0]["a"]["print"] = "first group"
+    first = enqueue_claimed(conn, did, *plans)
+    w = start(workers, dsn, conf, did, extra=("--group-commit",))
+    w.send(*first)
+    w.wait_for_stderr(b"first group")  # the group runs: what comes now waits for it
+    second = enqueue_claimed(conn, did, *({"a": {"op": "finish", "insert": "m"}} for _ in range(3)))
+    w.send(second[0], first[1], second[1], second[2])  # while the first group runs
+    answers = [w.answer() for _ in range(7)]
+    assert answers[:4] == ["0", "0", "0", "0"], answers
+    assert answers[4].startswith(f"1 message {first[1]} is not running at stage a"), answers
+    assert answers[5:] == ["0", "0"], answers
+    assert w.close() == 0
+    assert [row(conn, i)["status"] for i in first + second] == ["done"] * 6
+    assert conn.execute("SELECT count(*) FROM public.sdk_log").fetchone()[0] == 3
+
+
+def test_group_commit_loads_the_waiting_ids_in_its_commit_round_trip(dsn, did, conn):
+    """In process: ids that wait on stdin when a group commits are taken then, and
+    their rows come back with the commit (no load of their own): the next group
+    uses them."""
+    from pepsi_dispatch.sdk.connection import ConnectionHolder
+    from pepsi_dispatch.sdk.message import Finish
+    from pepsi_dispatch.sdk.routing import HandlerDispatch, StageGraph
+    from pepsi_dispatch.sdk.runner import StageRunner
+    from pepsi_dispatch.sdk.statements import Statements
+    from pepsi_dispatch.sdk.transaction import CommitMode
+
+    first = enqueue_claimed(conn, did, {}, {})
+    second = enqueue_claimed(conn, did, {}, {})
+    r, w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    graph = StageGraph({"a": ()}, "test")
+    dispatch = HandlerDispatch({"a": lambda msg: Finish()}, "a", graph, Statements(did))
+    holder = ConnectionHolder(psycopg.connect(dsn, autocommit=True))
+    runner = StageRunner(dispatch, holder, CommitMode.GROUP, answers_w, r)
+    try:
+        os.write(w, "".join(f"{i}\n" for i in first).encode())
+        lines = runner.reader.lines()
+        os.write(w, "".join(f"{i}\n" for i in second).encode())
+        runner._run_batch(lines)
+        assert os.read(answers_r, 100) == b"0\n0\n"
+        assert runner._ahead_lines == [str(i).encode() for i in second]
+        assert runner._ahead_rows is not None and sorted(runner._ahead_rows) == second
+        assert {row[2] for row in runner._ahead_rows.values()} == {"running"}
+        os.close(w)
+        assert runner.serve() == 0  # serves the lines read ahead, then EOF
+        assert os.read(answers_r, 100) == b"0\n0\n"
+        assert runner._ahead_rows is None  # used once
+    finally:
+        holder.close()
+        for fd in (r, answers_r, answers_w):
+            os.close(fd)
+    assert [row(conn, i)["status"] for i in first + second] == ["done"] * 4
