@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.errors import NoDataFound, ObjectNotInPrerequisiteState
 from psycopg.rows import dict_row
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,9 @@ class App:
                     if self._conn is None or self._conn.closed:
                         self._conn = self._connect()
                     return self._conn.execute(sql, params).fetchall()
+                except (ObjectNotInPrerequisiteState, NoDataFound) as exc:  # reschedule's refusals
+                    hint = f" ({exc.diag.message_hint})" if exc.diag.message_hint else ""
+                    raise ActionRefused(f"{exc.diag.message_primary}{hint}") from None
                 except psycopg.OperationalError as exc:
                     if self._conn is not None:
                         self._conn.close()
@@ -365,6 +369,21 @@ class App:
         n = self.query("SELECT pepsi.dashboard_cancel(%s::bigint[]) AS n", (ids,))[0]["n"]
         self.invalidate()
         return n
+
+    def reschedule(self, wid: int, in_seconds: float) -> float | None:
+        """``dashboard_reschedule``: due ``in_seconds`` from now (0: now); the new due
+        time (epoch seconds). A running or terminal message raises ActionRefused."""
+        due = self.query(
+            "SELECT extract(epoch FROM pepsi.dashboard_reschedule(%s,"
+            " now() + make_interval(secs => %s::float8)))::float8 AS due",
+            (wid, in_seconds),
+        )[0]["due"]
+        self.invalidate()
+        return due
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """``dashboard_schedules``: name, stage, spec, last_tick, next_tick of each schedule."""
+        return self.query("SELECT pepsi.dashboard_schedules() AS s")[0]["s"]
 
     def pause(self, stage: str, paused: bool) -> bool:
         changed = self.query("SELECT pepsi.dashboard_pause_stage(%s, %s) AS c", (stage, paused))[0][

@@ -12,9 +12,9 @@ Routes:
                            renders the route)
   GET  /static/NAME, /favicon.ico   our own JS, CSS and icon (package data; no CDN)
   GET  /api/overview, /api/messages?status=&stage=&older_than=&where=&group=&limit=&before=,
-       /api/failures?reason=&stage=, /api/message/ID   JSON for the dashboard
+       /api/failures?reason=&stage=, /api/message/ID, /api/schedules   JSON for the dashboard
   POST /api/requeue {"ids": [...]}, /api/cancel {"ids": [...]},
-       /api/pause {"stage": S, "paused": bool}
+       /api/pause {"stage": S, "paused": bool}, /api/reschedule {"id": N, "in_seconds": S}
        only with --allow-actions (else 403); each is one pepsi.dashboard_* function.
 
 Every request, read or action, must name this server in its Host header (the
@@ -173,6 +173,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, self.app.overview())
         elif path == "/api/messages":
             self._json(200, {"rows": self.app.messages(*_list_filters(parse_qs(query)))})
+        elif path == "/api/schedules":
+            self._json(200, {"rows": self.app.schedules()})
         elif path == "/api/failures":
             q = parse_qs(query)
             reason = q.get("reason", [None])[0]
@@ -253,7 +255,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         path = urlsplit(self.path).path
-        if path not in ("/api/requeue", "/api/cancel", "/api/pause"):
+        if path not in ("/api/requeue", "/api/cancel", "/api/pause", "/api/reschedule"):
             self._json(404, {"error": "not found"})
             return
         if not self.app.allow_actions:
@@ -277,6 +279,9 @@ class Handler(BaseHTTPRequestHandler):
                 changed = self.app.pause(stage, paused)
                 self._json(200, {"changed": changed})
                 return
+            if path == "/api/reschedule":
+                self._json(200, {"due": self.app.reschedule(*_reschedule_args(body))})
+                return
             ids = body["ids"]
             if not (isinstance(ids, list) and ids and all(_is_bigint(i) for i in ids)):
                 raise ValueError("'ids' must be a non-empty list of integers (message ids)")
@@ -288,6 +293,16 @@ class Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": f"refused: {exc}"})
         except DatabaseDown as exc:
             self._json(503, {"error": str(exc)})
+
+
+def _reschedule_args(body: dict[str, Any]) -> tuple[int, float]:
+    """(id, seconds from now) of a /api/reschedule body; ValueError when malformed."""
+    wid, secs = body["id"], body.get("in_seconds", 0)
+    if not _is_bigint(wid) or isinstance(secs, bool) or not isinstance(secs, int | float):
+        raise ValueError("'id' must be a message id and 'in_seconds' a number")
+    if not 0 <= secs <= 3.2e9:
+        raise ValueError("'in_seconds' must be 0 or more (at most about 100 years)")
+    return wid, float(secs)
 
 
 def _held_line(h: dict[str, Any]) -> str:

@@ -278,6 +278,7 @@ function charts(d) {
 // -- views ---------------------------------------------------------------------------
 async function overview() {
   const d = await getJSON("/api/overview");
+  d.schedules = (await getJSON("/api/schedules")).rows;
   banner(d);
   const stats = Object.fromEntries(d.stage_stats.map((s) => [s.stage, s]));
   const names = Object.keys(d.stages);
@@ -330,6 +331,11 @@ async function overview() {
       <b id="total-requeued">${t.requeued ?? 0}</b> requeued</p></section>
     <section><h2>Failures by reason</h2>${reasonsTable(d.failure_reasons.slice(0, 5))}
       <p><a href="/failures">all failure groups</a></p></section>
+    <section><h2>Schedules</h2><table id="schedules"><thead><tr><th>schedule</th><th>stage</th>
+      <th>ticks</th><th>last tick</th><th>next tick</th></tr></thead><tbody>${(d.schedules || []).map((s) =>
+      `<tr><td>${esc(s.name)}</td><td>${esc(s.stage ?? "-")}</td><td>${esc(s.spec ?? "-")}</td>
+        <td>${esc(s.last_tick ?? "-")}</td><td>${esc(s.next_tick ?? "- (in no configuration)")}</td></tr>`).join("") ||
+      '<tr><td colspan="5" class="muted">none ([schedule-NAME] sections of pepsi.conf)</td></tr>'}</tbody></table></section>
     <section><h2>Dispatchers</h2><table id="dispatchers"><thead><tr><th>id</th><th>host</th><th>pid</th>
       <th>state</th><th class="num">heartbeat</th><th>workers</th></tr></thead><tbody>${disp ||
       '<tr><td colspan="6" class="muted">none registered</td></tr>'}</tbody></table></section>`;
@@ -502,11 +508,13 @@ async function message(id) {
     .map((k) => `<tr><th>${k.replace("_", " ")}</th><td><pre>${esc(JSON.stringify(st[k], null, 1))}</pre></td></tr>`).join("");
   const canRequeue = ["failed", "timeout", "expired"].includes(m.status);
   const canCancel = ["pending", "paused"].includes(m.status);
+  const canRunNow = m.status === "paused";
   const hist = m.history;
   const retries = m.max_retries != null ? `${m.retries} of ${m.max_retries} (MAX_RETRIES)` : `${m.retries}`;
   main.innerHTML = `<section><h2>Message #${m.workqueue_id}</h2>
     <p>${ALLOW ? `<button id="btn-requeue" ${canRequeue ? "" : "disabled"}>Requeue</button>
-      <button id="btn-cancel" class="danger" ${canCancel ? "" : "disabled"}>Cancel</button>` :
+      <button id="btn-cancel" class="danger" ${canCancel ? "" : "disabled"}>Cancel</button>
+      <button id="btn-run-now" ${canRunNow ? "" : "disabled"} title="reschedule: due now, no retry counted for it">Run now</button>` :
       '<span class="muted">read-only (start pepsi-httpd with --allow-actions for buttons)</span>'}
       <span id="msg-result" class="result"></span></p>
     <table id="message"><tbody>
@@ -514,6 +522,8 @@ async function message(id) {
       title="status ${esc(m.status)}">${esc(kind)}</span>${kind !== m.status ? ` <span class="muted">(status ${esc(m.status)})</span>` : ""}</td></tr>
     <tr><th>stage</th><td id="msg-stage">${esc(m.stage)}</td></tr>
     <tr><th>retries</th><td id="msg-retries">${esc(retries)}</td></tr>
+    <tr><th>priority</th><td id="msg-priority">${esc(m.priority ?? 0)}</td></tr>
+    <tr><th>dedupe key</th><td id="msg-dedupe-key">${m.dedupe_key == null ? '<span class="muted">none</span>' : esc(m.dedupe_key)}</td></tr>
     ${m.status === "paused" ? `<tr><th>due</th><td id="msg-due">${esc(m.timeout)}</td></tr>` : ""}
     ${errors || '<tr><th>errors</th><td class="muted">none</td></tr>'}
     <tr><th>created</th><td>${esc(m.created_at)} (${esc(fmtAge(m.age_seconds))} ago)</td></tr>
@@ -532,6 +542,11 @@ async function message(id) {
   if (rq) rq.onclick = () => guarded(async () => {
     const r = await act("/api/requeue", { ids: [m.workqueue_id] }, `Requeue message #${m.workqueue_id}?`);
     if (r) { flash(`${r.rows} requeued`); await refresh(); }
+  });
+  const rn = document.getElementById("btn-run-now");
+  if (rn) rn.onclick = () => guarded(async () => {
+    const r = await act("/api/reschedule", { id: m.workqueue_id, in_seconds: 0 }, `Run message #${m.workqueue_id} now (reschedule it)?`);
+    if (r) { flash(`#${m.workqueue_id} due now`); await refresh(); }
   });
   const cx = document.getElementById("btn-cancel");
   if (cx) cx.onclick = () => guarded(async () => {
