@@ -417,6 +417,10 @@ def _story_lines(m: dict[str, Any]) -> list[str]:
         f"  created     {m['created_at'].strftime(when)}  ({_age(m['age'])} ago)",
         f"  updated     {m['updated_at'].strftime(when)}  ({_age(m['since_update'])} ago)",
     ]
+    if m.get("priority"):
+        lines.append(f"  priority    {m['priority']}")
+    if m.get("dedupe_key") is not None:
+        lines.append(f"  dedupe key  {m['dedupe_key']}")
     if m["status"] == "paused" and m["timeout"] is not None:
         lines.append(f"  due         {m['timeout']}  (in {_age(m['due_in'])})")
     if m["dispatcher_id"] is not None:

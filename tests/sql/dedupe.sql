@@ -12,7 +12,7 @@
 \getenv pguser PGUSER
 \getenv pgpassword PGPASSWORD
 BEGIN;
-SELECT plan(30);
+SELECT plan(31);
 CREATE EXTENSION IF NOT EXISTS dblink;
 
 SELECT pepsi.enqueue('a', '{"n": 1}', dedupe_key => 'k1') AS k1,
@@ -23,6 +23,8 @@ SELECT is((SELECT count(*)::int FROM pepsi.workqueue WHERE dedupe_key = 'k1'), 1
           'and inserts nothing');
 SELECT is((SELECT payload FROM pepsi.workqueue WHERE workqueue_id = :k1), '{"n": 1}'::jsonb,
           'the first message is left as it was');
+SELECT results_eq(format('SELECT priority, dedupe_key FROM pepsi.message_story(%s)', :k2),
+    $$VALUES (3, 'k2'::text)$$, 'message_story (pepsi-queue show) returns the priority and the key');
 SELECT isnt(pepsi.enqueue('a', '{}'), :k1::bigint, 'no key: a new message every time');
 SELECT isnt(pepsi.enqueue('a', '{}'), pepsi.enqueue('a', '{}'), 'keyless messages never collide');
 

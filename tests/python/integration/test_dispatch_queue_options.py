@@ -100,6 +100,8 @@ def test_dedupe_key_across_a_two_stage_pipeline(h: Harness) -> None:
     second = int(rc.stdout.split()[0])
     assert second != first
     assert h.row(second)["payload"] == {"n": 2}
+    shown = queue_cli(h, "show", str(second))
+    assert "  priority    3" in shown.stdout and "  dedupe key  order-17" in shown.stdout
     h.wait_all("done", timeout=30)
 
 
