@@ -1,0 +1,103 @@
+"""[schedule-NAME]: option checks with FILE:LINE, and the tick arithmetic (no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pepsi_dispatch.config import ConfigError, ScheduleConfig, load_config
+from pepsi_dispatch.config.schedule import latest_tick, missed_ticks, next_tick, ticks_between
+
+NOON = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
+
+
+def every(seconds: float, catch_up: float = 0.0) -> ScheduleConfig:
+    return ScheduleConfig(name="e", stage="s", every=seconds, catch_up=catch_up)
+
+
+def cron(expr: str, tz: str = "UTC", catch_up: float = 0.0) -> ScheduleConfig:
+    return ScheduleConfig(name="c", stage="s", cron=expr, timezone=tz, catch_up=catch_up)
+
+
+def test_every_ticks_on_multiples_since_the_epoch() -> None:
+    s = every(3600)
+    assert next_tick(s, NOON) == NOON + timedelta(hours=1)
+    assert next_tick(s, NOON - timedelta(seconds=1)) == NOON
+    assert ticks_between(every(1), NOON, NOON + timedelta(seconds=3)) == [
+        NOON + timedelta(seconds=i) for i in (1, 2, 3)
+    ]
+
+
+def test_cron_in_a_time_zone_across_the_spring_forward() -> None:
+    """02:30 does not exist in Berlin on 2026-03-29: cron fires once, at the jump (01:00 UTC)."""
+    s = cron("30 2 * * *", "Europe/Berlin")
+    assert latest_tick(s, NOON) == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    assert next_tick(s, NOON) == datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+
+
+def test_catch_up_0_owes_only_the_latest_missed_tick() -> None:
+    s = every(60)
+    assert missed_ticks(s, NOON - timedelta(minutes=10), NOON) == [NOON]
+    assert missed_ticks(s, NOON, NOON + timedelta(seconds=30)) == []
+    assert missed_ticks(s, None, NOON) == [], "a schedule never registered owes nothing"
+
+
+def test_catch_up_owes_the_missed_ticks_that_young() -> None:
+    s = every(60, catch_up=180)
+    got = missed_ticks(s, NOON - timedelta(minutes=10), NOON)
+    assert got == [NOON - timedelta(minutes=m) for m in (3, 2, 1, 0)]
+    assert missed_ticks(every(60, 180), NOON - timedelta(minutes=2), NOON) == [
+        NOON - timedelta(minutes=1),
+        NOON,
+    ]
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "pepsi.conf"
+    p.write_text("[stage-s]\nPROGRAM = /bin/true\n\n[schedule-x]\nSTAGE = s\n" + body)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("CRON = 61 * * * *", "not a cron expression"),
+        ("CRON = * * * *", "has 5 fields"),
+        ("EVERY = 500 ms", "at least 1 s"),
+        ("EVERY = 1 s\nTIMEZONE = Mars/Base", "unknown time zone"),
+        ("EVERY = 1 s\nPAYLOAD = [1]", "must be a JSON object"),
+        ("EVERY = 1 s\nPRIORITY = high", "not an integer"),
+        ("EVERY = 1 s\nSTAGES = s", "unknown option"),
+    ],
+)
+def test_a_bad_schedule_names_file_and_line(tmp_path: Path, line: str, says: str) -> None:
+    conf = write(tmp_path, line + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(conf)
+    bad = line.splitlines()[-1]
+    n = conf.read_text().splitlines().index(bad) + 1
+    assert str(err.value).startswith(f"{conf}:{n}: [schedule-x]") and says in str(err.value)
+
+
+def test_exactly_one_of_cron_and_every_and_a_defined_stage(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="exactly one of CRON"):
+        load_config(write(tmp_path, "CRON = * * * * *\nEVERY = 1 s\n"))
+    with pytest.raises(ConfigError, match="exactly one of CRON"):
+        load_config(write(tmp_path, "PRIORITY = 1\n"))
+    p = tmp_path / "other.conf"
+    p.write_text("[stage-s]\nPROGRAM = /bin/true\n[schedule-y]\nSTAGE = t\nEVERY = 1 s\n")
+    with pytest.raises(ConfigError, match="STAGE names undefined stage 't'"):
+        load_config(p)
+
+
+def test_a_good_schedule_loads(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, 'EVERY = 30 s\nPAYLOAD = {"k": 1}\nCATCH_UP = 1 h\n'))
+    s = c.schedules["x"]
+    assert (s.every, s.catch_up, s.payload_object(), s.spec()) == (
+        30.0,
+        3600.0,
+        {"k": 1},
+        "EVERY 30 s",
+    )
