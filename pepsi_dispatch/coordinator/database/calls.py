@@ -574,9 +574,10 @@ class Database:
 
 
 def _claimed(cur: Any) -> tuple[list[tuple[int, str]], list[int]]:
-    """Claim rows (id, stage, priority) -> (id, stage) pairs, ids of priority not 0."""
+    """Claim rows (id, stage, priority) -> (id, stage) pairs, ids of priority not 0
+    (a schema before claim v5 returns no priority: all are 0)."""
     rows = cur.fetchall()
-    return [(r[0], r[1]) for r in rows], [r[0] for r in rows if r[2]]
+    return [(r[0], r[1]) for r in rows], [r[0] for r in rows if len(r) > 2 and r[2]]
 
 
 def _requeue(row: Any) -> Requeue:
