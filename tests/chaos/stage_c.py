@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Chaos stage ``c``: the Python SDK (pepsi_dispatch.worker.run), finishing each message.
 
-Logs ``start`` from the handler, and ``tx``/``end`` from a wrapper around the
+Logs ``start`` from the handler, and ``tx``/``end`` from wrappers around the
 SDK's transition call, ``pepsi_dispatch.sdk.transaction.Scope.write`` (what the
-fencing-guarded statement returned), to ``$CHAOS_LOG/c-PID.jsonl``.
+fencing-guarded statement returned), to ``$CHAOS_LOG/c-PID.jsonl``. Under group
+commit (the SDK's default with the dispatcher's in-hand slot) a transition is
+logged as applied only when its batch commits (``GroupBatch.commit``).
 """
 
 from __future__ import annotations
@@ -31,12 +33,29 @@ def log(kind: str, mid: int, **kw) -> None:
     os.write(LOG, (json.dumps(rec) + "\n").encode())
 
 
-_orig_write = getattr(getattr(transaction, "Scope", None), "write", None)
+_Scope = getattr(transaction, "Scope", None)
+_Batch = getattr(transaction, "GroupBatch", None)
+#: Transitions that ran inside a group commit's transaction, not committed yet:
+#: logged as applied only once the batch commits (a worker killed before its
+#: COMMIT applied nothing), dropped if the batch rolls back.
+PENDING: list[tuple[int, str]] = []
 
-if _orig_write is not None:
+
+def _applied(mid: int, kind: str) -> None:
+    log("tx", mid, fn=kind, ret=True)
+    log("end", mid)
+
+
+if _Scope is not None:
+    _orig_write = _Scope.write
 
     def _write(self, statement, *args, **kw):
         mid, kind = statement.message_id, statement.kind
+        group = self.mode is transaction.CommitMode.GROUP
+        role = args[0] if args else kw.get("role")
+        deferred = group and transaction.call_mode(self.mode, self.depth, role) is (
+            transaction.CallMode.DEFERRED
+        )
         try:
             _orig_write(self, statement, *args, **kw)
         except transaction.RowLost:
@@ -46,10 +65,42 @@ if _orig_write is not None:
         except Exception as exc:
             log("tx", mid, fn=kind, ret=None, error=type(exc).__name__)
             raise
-        log("tx", mid, fn=kind, ret=True)
-        log("end", mid)
+        if deferred:
+            return  # sent with the batch: see _note_results
+        if group:
+            PENDING.append((mid, kind))  # in the batch's transaction: see _commit
+            return
+        _applied(mid, kind)
 
-    transaction.Scope.write = _write
+    _Scope.write = _write
+
+if _Batch is not None:
+    _orig_note, _orig_commit = _Batch.note_results, _Batch.commit
+    _orig_rollback = _Batch.rollback
+
+    def _note_results(self, items, changed):
+        _orig_note(self, items, changed)
+        for item, ok in zip(items, changed, strict=True):
+            mid, kind = item.statement.message_id, item.statement.kind
+            if ok:
+                PENDING.append((mid, kind))
+            else:
+                log("tx", mid, fn=kind, ret=False)
+                log("end", mid)
+
+    def _commit(self):
+        _orig_commit(self)
+        for mid, kind in PENDING:
+            _applied(mid, kind)
+        PENDING.clear()
+
+    def _rollback(self):
+        PENDING.clear()
+        _orig_rollback(self)
+
+    _Batch.note_results = _note_results
+    _Batch.commit = _commit
+    _Batch.rollback = _rollback
 
 
 def handle(msg):
