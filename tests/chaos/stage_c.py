@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Chaos stage ``c``: the Python SDK (pepsi_dispatch.worker.run), finishing each message.
+"""Chaos stage ``c``: the Python SDK (pepsi_dispatch.worker.run), finishing each message
+(one commit per message; its workers are forked by the stage's template process).
 
 Logs ``start`` from the handler, and ``tx``/``end`` from wrappers around the
 SDK's transition call, ``pepsi_dispatch.sdk.transaction.Scope.write`` (what the
@@ -20,17 +21,21 @@ from pepsi_dispatch.worker import Finish, run
 
 STAGE = os.environ.get("PEPSI_STAGE", "c")
 DID = int(os.environ["PEPSI_DISPATCHER_ID"]) if os.environ.get("PEPSI_DISPATCHER_ID") else None
-LOG = os.open(
-    os.path.join(os.environ["CHAOS_LOG"], f"{STAGE}-{os.getpid()}.jsonl"),
-    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-    0o644,
-)
+#: pid -> its log file: opened by the process that logs, not at import, because
+#: a worker forked by the stage's template process imported this module in the
+#: template; the soak's watcher finds each worker by the pid in its file's name.
+_LOGS: dict[int, int] = {}
 
 
 def log(kind: str, mid: int, **kw) -> None:
-    rec = {"ev": kind, "id": mid, "stage": STAGE, "pid": os.getpid(), "did": DID, "t": time.time()}
+    pid = os.getpid()
+    fd = _LOGS.get(pid)
+    if fd is None:
+        path = os.path.join(os.environ["CHAOS_LOG"], f"{STAGE}-{pid}.jsonl")
+        fd = _LOGS[pid] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    rec = {"ev": kind, "id": mid, "stage": STAGE, "pid": pid, "did": DID, "t": time.time()}
     rec.update(kw)
-    os.write(LOG, (json.dumps(rec) + "\n").encode())
+    os.write(fd, (json.dumps(rec) + "\n").encode())
 
 
 _Scope = getattr(transaction, "Scope", None)
@@ -109,4 +114,7 @@ def handle(msg):
     return Finish()
 
 
-run({STAGE: handle})
+# One commit per message: the wrapper above logs a transition as committed when
+# Scope.write returns, which group commit (the default under a dispatcher) only
+# queues until the group's commit.
+run({STAGE: handle}, group_commit=False)
