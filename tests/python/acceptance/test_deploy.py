@@ -32,7 +32,7 @@ from psycopg.conninfo import make_conninfo
 
 from pepsi_dispatch.coordinator import sdnotify
 
-SDK_WORKER = ROOT / "tests/python/sdk_scripted_worker.py"
+SDK_WORKER = ROOT / "tests/python/support/workers/sdk_scripted_worker.py"
 PLAIN = {"plan": {"a": {"op": "advance", "to": "b"}, "b": {"op": "finish"}}}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges")
 

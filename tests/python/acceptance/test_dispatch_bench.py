@@ -4,7 +4,7 @@ Run alone, with the numbers printed:
     .venv/bin/pytest -s tests/python/acceptance/test_dispatch_bench.py
 PEPSI_BENCH_MESSAGES (default 5000; the issue asks for 20000) sets the size of the run:
     PEPSI_BENCH_MESSAGES=20000 .venv/bin/pytest -s tests/python/acceptance/test_dispatch_bench.py
-The no-op stage program is tests/python/workers/scripted_worker.py: per message one
+The no-op stage program is tests/python/support/workers/scripted_worker.py: per message one
 SELECT of the row and one pepsi.advance/finish (two round trips), answered "0".
 """
 

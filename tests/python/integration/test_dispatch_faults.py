@@ -27,7 +27,7 @@ from dispatch_harness import (  # noqa: F401
 )
 
 FAULT = WORKERS / "fault_worker.py"
-SDK_WORKER = Path(__file__).resolve().parents[1] / "sdk_scripted_worker.py"
+SDK_WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "sdk_scripted_worker.py"
 
 
 def fault_program(h: Harness, first: str, wait_for: Path | None = None) -> tuple[str, Path]:

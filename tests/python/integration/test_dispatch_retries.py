@@ -105,7 +105,8 @@ def test_reload_registers_the_new_stage_table(h: Harness) -> None:
 
 @pytest.mark.parametrize("group_commit", [False, True], ids=["single", "group-commit"])
 def test_sdk_handler_exception_is_retried(h: Harness, group_commit: bool) -> None:
-    program = f"{PYTHON} {ROOT / 'tests/python/sdk_scripted_worker.py'} --stages a" + (
+    worker = ROOT / "tests/python/support/workers/sdk_scripted_worker.py"
+    program = f"{PYTHON} {worker} --stages a" + (
         " --group-commit" if group_commit else ""
     )
     stages = {

@@ -1,6 +1,6 @@
 """The real dispatcher driving stage programs written with the Python worker SDK
-(tests/python/sdk_scripted_worker.py): stage fusion accounting and group commit end to end,
-and the SDK's workers across a kill -9 of their dispatcher.
+(tests/python/support/workers/sdk_scripted_worker.py): stage fusion accounting and
+group commit end to end, and the SDK's workers across a kill -9 of their dispatcher.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dispatch_harness import (  # noqa: F401
     wait_until,
 )
 
-SDK_WORKER = "tests/python/sdk_scripted_worker.py"
+SDK_WORKER = "tests/python/support/workers/sdk_scripted_worker.py"
 
 
 def sdk_conf(h: Harness, group_commit: bool | str, **stage_opts):

@@ -2,7 +2,7 @@
 
 Unit tests of the answer parser and the stats deltas, then a real
 ``pepsi-dispatch serve`` process against the fixture database with the small
-worker in ``basic_workers/basic_worker.py``. The adversarial suite lives in
+worker in ``support/workers/basic_worker.py``. The adversarial suite lives in
 ``test_dispatch_*.py``; these are the dispatcher author's own checks of the
 paths that suite does not single out.
 """
@@ -28,7 +28,7 @@ from pepsi_dispatch.coordinator.workers.answers import AnswerKind, parse_answer
 
 ROOT = Path(__file__).resolve().parents[3]
 DISPATCH = ROOT / ".venv" / "bin" / "pepsi-dispatch"
-WORKER = Path(__file__).resolve().parents[1] / "basic_workers" / "basic_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "basic_worker.py"
 
 
 # ---------------------------------------------------------------- unit tests

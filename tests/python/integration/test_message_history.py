@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from dispatch_harness import PYTHON, ROOT, Harness, harness_fixture, wait_until  # noqa: F401
 
-SDK_WORKER = ROOT / "tests/python/sdk_scripted_worker.py"
+SDK_WORKER = ROOT / "tests/python/support/workers/sdk_scripted_worker.py"
 QUEUE = PYTHON.parent / "pepsi-queue"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from dispatch_harness import PYTHON, VENV_BIN, Harness, harness_fixture, wait_until  # noqa: F401
 from httpd_harness import Httpd
 
-SDK_WORKER = Path(__file__).resolve().parents[1] / "sdk_scripted_worker.py"
+SDK_WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "sdk_scripted_worker.py"
 QUEUE = VENV_BIN / "pepsi-queue"
 
 

@@ -1,9 +1,9 @@
 """The Python worker SDK (pepsi_dispatch.worker), driven directly over its pipes.
 
 The test plays the dispatcher: it registers a dispatcher id, claims rows with
-pepsi.claim (so they are running and held), starts tests/python/sdk_scripted_worker.py
-with PEPSI_STAGE/PEPSI_DSN/PEPSI_DISPATCHER_ID, writes ids to its stdin and reads
-the answers. Every payload scripts what the handler does (see that file).
+pepsi.claim (so they are running and held), starts
+tests/python/support/workers/sdk_scripted_worker.py with PEPSI_STAGE, PEPSI_DSN and
+PEPSI_DISPATCHER_ID, writes ids to its stdin and reads the answers. Every payload scripts what the handler does (see that file).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 HERE = Path(__file__).resolve().parents[1]
-PROGRAM = HERE / "sdk_scripted_worker.py"
+PROGRAM = HERE / "support" / "workers" / "sdk_scripted_worker.py"
 
 GRAPH = """
 [stage-a]

@@ -1,7 +1,8 @@
 """A test stage program in plain Python + psycopg (no pepsi SDK), driven by the payload.
 
 Started by the dispatcher as ``PROGRAM [-c CONFIG_FILE] worker`` where PROGRAM is e.g.
-``/abs/.venv/bin/python /abs/tests/python/workers/scripted_worker.py --log FILE --next a=b``.
+``/abs/.venv/bin/python /abs/tests/python/support/workers/scripted_worker.py --log FILE
+--next a=b``.
 It reads workqueue ids from stdin, one per line, and answers each with one line.
 
 What it does with a message is read from the row's payload:

@@ -24,7 +24,7 @@ import time
 
 from pepsi_dispatch.worker import Advance, Fail, Finish, Message, Pause, run
 
-#: --log PATH: a START and an END line per handler run (tests/python/dispatch_harness.py)
+#: --log PATH: a START and an END line per handler run (tests/python/support/dispatch_harness.py)
 LOG: int | None = None
 
 

@@ -6,7 +6,7 @@ to a log file, enqueues rows, polls the database, reads the test workers' log an
 inspects the dispatcher's worker processes through /proc. Everything it started is
 stopped when the test ends.
 
-Test workers live in tests/python/workers/ (see scripted_worker.py for the payload
+Test workers live in tests/python/support/workers/ (see scripted_worker.py for the payload
 language and the log format).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VENV_BIN = ROOT / ".venv" / "bin"
 PYTHON = VENV_BIN / "python"
 DISPATCH = VENV_BIN / "pepsi-dispatch"
