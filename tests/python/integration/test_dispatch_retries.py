@@ -106,9 +106,7 @@ def test_reload_registers_the_new_stage_table(h: Harness) -> None:
 @pytest.mark.parametrize("group_commit", [False, True], ids=["single", "group-commit"])
 def test_sdk_handler_exception_is_retried(h: Harness, group_commit: bool) -> None:
     worker = ROOT / "tests/python/support/workers/sdk_scripted_worker.py"
-    program = f"{PYTHON} {worker} --stages a" + (
-        " --group-commit" if group_commit else ""
-    )
+    program = f"{PYTHON} {worker} --stages a" + (" --group-commit" if group_commit else "")
     stages = {
         "a": {"PROGRAM": program, "MAX_RETRIES": 2, "RETRY_DELAY": "100 ms"},
         "plain": {"PROGRAM": program.replace("--stages a", "--stages plain")},

@@ -3,7 +3,8 @@
 The test plays the dispatcher: it registers a dispatcher id, claims rows with
 pepsi.claim (so they are running and held), starts
 tests/python/support/workers/sdk_scripted_worker.py with PEPSI_STAGE, PEPSI_DSN and
-PEPSI_DISPATCHER_ID, writes ids to its stdin and reads the answers. Every payload scripts what the handler does (see that file).
+PEPSI_DISPATCHER_ID, writes ids to its stdin and reads the answers. Every payload
+scripts what the handler does (see that file).
 """
 
 from __future__ import annotations
