@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Chaos stage ``c``: the Python SDK (pepsi_dispatch.worker.run), finishing each message
-(one commit per message; its workers are forked by the stage's template process).
+at the SDK's defaults (group commit; its workers are forked by the stage's template process).
 
 Logs ``start`` from the handler, and ``tx``/``end`` from wrappers around the
 SDK's transition call, ``pepsi_dispatch.sdk.transaction.Scope.write`` (what the
@@ -114,7 +114,6 @@ def handle(msg):
     return Finish()
 
 
-# One commit per message: the wrapper above logs a transition as committed when
-# Scope.write returns, which group commit (the default under a dispatcher) only
-# queues until the group's commit.
-run({STAGE: handle}, group_commit=False)
+# The SDK's defaults (group commit under a dispatcher that offers the in-hand
+# slot): the wrappers above log a transition as applied only once it committed.
+run({STAGE: handle})
