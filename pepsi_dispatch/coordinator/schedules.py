@@ -30,12 +30,13 @@ from pepsi_dispatch.config.schedule import (
     next_tick,
     ticks_between,
 )
+from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.calls import Database, rerun_on_conflict
 from pepsi_dispatch.coordinator.database.link import error_line
 
 log = logging.getLogger(__name__)
 
-INF = float("inf")
+
 #: After a statement error that is not a lost connection (a dropped stage
 #: name, missing privileges): try the schedule again this much later.
 RETRY_AFTER_ERROR = 30.0

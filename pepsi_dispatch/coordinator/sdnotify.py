@@ -14,6 +14,8 @@ import logging
 import os
 import socket
 
+from pepsi_dispatch.contract import INF
+
 __all__ = ["SystemdWatchdog", "notify"]
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class SystemdWatchdog:
 
     def due(self) -> float:
         """Monotonic time of the next ping (inf without a watchdog)."""
-        return self.next_ping if self.interval else float("inf")
+        return self.next_ping if self.interval else INF
 
     def tick(self, now: float) -> None:
         """Ping if due; call from every loop iteration."""
