@@ -54,6 +54,11 @@ class Template:
         while True:
             try:
                 msg, fds, _, _ = socket.recv_fds(self.sock, 64, 8)
+            except (ConnectionResetError, BrokenPipeError):
+                # The dispatcher closed its end (it is stopping, or retired the
+                # template): the same as EOF. Nothing is written: this process's
+                # stderr is the dispatcher's own, which may be a JSON log.
+                return 0
             except OSError as exc:
                 print(f"pepsi template: socket error: {exc}; exiting", file=sys.stderr)
                 return 0
