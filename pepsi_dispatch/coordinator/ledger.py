@@ -187,6 +187,13 @@ class Ledger:
         self.check_stage.clear()
         self.rescan()
 
+    def forget_holders(self) -> None:
+        """The server restarted and every worker was stopped: no id is in hand any
+        more. The owed writes stay (they are fenced by dispatcher_id, so a row
+        whose claim the restart lost is left alone); the floors go."""
+        self.holder_of.clear()
+        self.rescan()
+
     def strays(self, held_in_db: set[int], check_stage_now: dict[int, str] | None) -> list[int]:
         """Rows the database says we hold but no worker has (after a reconnect).
 

@@ -30,6 +30,7 @@ import psycopg
 from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
+from pepsi_dispatch.coordinator.comeback import Comeback
 from pepsi_dispatch.coordinator.database.calls import DELAYED, Database
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
@@ -158,6 +159,9 @@ class Dispatcher:
             now,
         )
         self.settlement = Settlement(self.db, self.fence, self.ledger, self.stats)
+        self.comeback = Comeback(
+            self.db, self.supervisor, self.ledger, self.round_trip.declared_dead
+        )
 
     def _heartbeat_duties(self) -> list[Every]:
         """The duties of each heartbeat interval, in the order they run."""
@@ -188,6 +192,7 @@ class Dispatcher:
         # later must work for this user, or we refuse to start (exit 2).
         check_access(config_files(self.config), log_files())
         self.config, self.dispatcher_id = open_database(self.db, self.config)
+        self.comeback.connected()
         self.link.up(self.db.listen_pid())
         self.link.watch_listen(self._on_listen)
         self.supervisor.dispatcher_id = self.fence.id = self.dispatcher_id
@@ -427,6 +432,7 @@ class Dispatcher:
         do we hold that no worker has? Raises psycopg.Error."""
         # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
         self.check_registration()
+        self.comeback.check_server_restart()
         self.db.heartbeat(self.dispatcher_id)
         # Rows the database says we hold but no worker has (a claim that
         # committed while its answer was lost) go back to pending; rows
@@ -434,23 +440,8 @@ class Dispatcher:
         self.settlement.release_strays()
 
     def check_registration(self, now: float = 0.0) -> None:
-        """Competing: if another replica declared us dead and reset our rows,
-        kill every worker and drop every id it held, or that we owed a write
-        for: none of them is ours any more (a late write would be refused by
-        the fencing token anyway, but the work itself must stop). The
-        heartbeat then registers us again."""
-        if not self.round_trip.declared_dead():
-            return
-        n_workers = len(self.supervisor.all())
-        held = self.supervisor.drop_all()
-        self.ledger.drop_all()
-        log.error(
-            "this replica was declared dead by another (its heartbeat was older than"
-            " ORPHAN_TIMEOUT) and its rows were reset; killed %d worker(s) and dropped"
-            " %d message(s) they held; registering again",
-            n_workers,
-            held,
-        )
+        """Competing: were we declared dead? (coordinator/comeback.py)"""
+        self.comeback.check_registration()
 
     def _abort_fatal(self) -> None:
         """Another dispatcher owns the database: kill our workers and stop.

@@ -29,7 +29,6 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -40,6 +39,12 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pepsi_dispatch.backoff import Backoff
+from pepsi_dispatch.coordinator.database.results import (
+    Requeue,
+    RoundTripResult,
+    claimed_rows,
+    requeue_row,
+)
 from pepsi_dispatch.coordinator.database.sqlarray import int_array
 
 log = logging.getLogger(__name__)
@@ -81,6 +86,12 @@ KEEPALIVES: Final = {
     "connect_timeout": "10",
 }
 SQL_SESSION_TIMEOUTS: Final = "SET statement_timeout = '60s'; SET lock_timeout = '10s'"
+# When the server last started, and when it last came back from a crash (a
+# crash restart re-initialises the shared statistics but keeps the postmaster's
+# start time): it changes exactly when commits not yet flushed may be lost.
+SQL_SERVER_EPOCH: Final = (
+    "SELECT pg_postmaster_start_time()::text, (SELECT stats_reset FROM pg_stat_bgwriter)::text"
+)
 
 # -- the calls (the function names are the SQL API of docs/SQL.md) ------------
 SQL_TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
@@ -107,8 +118,14 @@ SQL_REGISTER_STAGES: Final = (
 SQL_CHECK_ANSWERED: Final = (
     "SELECT workqueue_id, stage FROM pepsi.check_answered(%s::bigint, %s::bigint[])"
 )
+# The claim commits without waiting for its WAL flush (synchronous_commit off
+# for that transaction alone): a claim lost to a server crash leaves its rows
+# pending, never half-claimed, and every later synchronous commit -- the
+# worker's answer above all -- flushes it first. The dispatcher notices a
+# server restart at reconnect and stops every worker (coordinator/comeback.py).
 SQL_CLAIM: Final = (  # workqueue_id, stage, priority
-    "SELECT * FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[])"
+    "SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS async_commit,"
+    " pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[]) AS c"
 )
 # statement_timestamp() comes along so the next-due timer is computed on the
 # database's clock, immune to skew between this host and the server. A row
@@ -147,36 +164,6 @@ SQL_HELD: Final = "SELECT workqueue_id FROM pepsi.held_ids(%s::bigint)"
 SQL_STAGES_OF: Final = "SELECT workqueue_id, stage FROM pepsi.stages_of(%s::bigint[])"
 
 
-@dataclass(frozen=True, slots=True)
-class Requeue:
-    """Result of ``pepsi.requeue_due``: counts and seconds until the next due row.
-
-    ``exhausted_by_stage`` / ``expired_by_stage``: (stage, count) pairs, the
-    per-stage split of ``exhausted`` / ``expired`` (requeue_due v2).
-    """
-
-    requeued: int
-    exhausted: int
-    expired: int
-    next_due_in: float | None
-    exhausted_by_stage: tuple[tuple[str, int], ...] = ()
-    expired_by_stage: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(slots=True)
-class RoundTripResult:
-    """What one :meth:`Database.round_trip` pipeline returned."""
-
-    left_running: list[tuple[int, str]]
-    requeue: Requeue | None
-    claimed: list[tuple[int, str]]
-    #: claimed ids of priority != 0: claim floors bound priority-0 rows only.
-    off_floor: list[int] = field(default_factory=list)
-    #: failures record_dispatch_error paused for an automatic retry instead of
-    #: failing: (id, stage, status, reason) of the ``failures`` entries it retried.
-    retried: list[tuple[int, str, str, str]] = field(default_factory=list)
-
-
 def rerun_on_conflict(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
     """Run ``fn``; re-run it after a transient 40001/40P01 error, with jittered backoff.
 
@@ -195,10 +182,6 @@ def rerun_on_conflict(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
     raise AssertionError("unreachable")
 
 
-def _seconds(value: Any) -> float | None:
-    return None if value is None else value.total_seconds()
-
-
 class Database:
     """The dispatcher's two connections and its ``pepsi.*`` calls."""
 
@@ -207,6 +190,9 @@ class Database:
         self.competing = competing
         self.listen: psycopg.Connection | None = None
         self.work: psycopg.Connection | None = None
+        #: the server's start and crash-restart times, read at each connect of
+        #: the work connection (None before the first).
+        self.server_epoch: tuple[str, str] | None = None
 
     # -- connections -----------------------------------------------------------
     def connect(self) -> None:
@@ -239,6 +225,8 @@ class Database:
         self.close_work()
         self.work = self._open("pepsi-dispatch work")
         self.work.execute(SQL_SESSION_TIMEOUTS)
+        row = self.work.execute(SQL_SERVER_EPOCH).fetchone()
+        self.server_epoch = (row[0], row[1]) if row else None
 
     @staticmethod
     def _dead(conn: psycopg.Connection | None) -> bool:
@@ -436,7 +424,7 @@ class Database:
         assert work is not None
 
         def run() -> Requeue:
-            return _requeue(work.execute(SQL_REQUEUE_DUE, (expiry,)).fetchone())
+            return requeue_row(work.execute(SQL_REQUEUE_DUE, (expiry,)).fetchone())
 
         return rerun_on_conflict(run, "requeue_due")
 
@@ -503,7 +491,7 @@ class Database:
         work = self.work
         assert work is not None
         args = self._claim_args(dispatcher_id, stages, caps, after_ids)
-        return rerun_on_conflict(lambda: _claimed(work.execute(SQL_CLAIM, args)), "claim")
+        return rerun_on_conflict(lambda: claimed_rows(work.execute(SQL_CLAIM, args)), "claim")
 
     def _claim_args(
         self, dispatcher_id: int, stages: Sequence[str], caps: Sequence[int], after_ids: Any
@@ -558,40 +546,16 @@ class Database:
                 if claim is not None:
                     c_claim = work.execute(SQL_CLAIM, self._claim_args(dispatcher_id, *claim))
             retried: list[tuple[int, str, str, str]] = []
-            claimed, off_floor = _claimed(c_claim) if c_claim else ([], [])
+            claimed, off_floor = claimed_rows(c_claim) if c_claim else ([], [])
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
                 retried = [(e[0], paused[e[0]], e[1], e[2]) for e in failures if e[0] in paused]
             return RoundTripResult(
                 left_running=[(r[0], r[1]) for r in c_chk.fetchall()] if c_chk else [],
-                requeue=_requeue(c_req.fetchone()) if c_req else None,
+                requeue=requeue_row(c_req.fetchone()) if c_req else None,
                 claimed=claimed,
                 retried=retried,
                 off_floor=off_floor,
             )
 
         return rerun_on_conflict(run, "round trip")
-
-
-def _claimed(cur: Any) -> tuple[list[tuple[int, str]], list[int]]:
-    """Claim rows (id, stage, priority) -> (id, stage) pairs, ids of priority not 0
-    (a schema before claim v5 returns no priority: all are 0)."""
-    rows = cur.fetchall()
-    return [(r[0], r[1]) for r in rows], [r[0] for r in rows if len(r) > 2 and r[2]]
-
-
-def _requeue(row: Any) -> Requeue:
-    if row is None:
-        return Requeue(0, 0, 0, None)
-    return Requeue(
-        int(row[0] or 0),
-        int(row[1] or 0),
-        int(row[2] or 0),
-        _seconds(row[3]),
-        _pairs(row[4], row[5]),
-        _pairs(row[6], row[7]),
-    )
-
-
-def _pairs(stages: Any, counts: Any) -> tuple[tuple[str, int], ...]:
-    return tuple((s, int(n)) for s, n in zip(stages or (), counts or (), strict=True) if n)

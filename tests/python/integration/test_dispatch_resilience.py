@@ -17,7 +17,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import alembic
-from dispatch_harness import Harness, harness_fixture, pid_alive, wait_until  # noqa: F401
+from dispatch_harness import (  # noqa: F401
+    Harness,
+    children_of,
+    harness_fixture,
+    pid_alive,
+    wait_until,
+)
 
 from pepsi_dispatch.devtools import embedded
 
@@ -85,6 +91,77 @@ def test_postgres_restart_under_load_loses_nothing(
         print(f"PostgreSQL restart took {restart_s:.2f} s; {n + 10} messages done, none lost")
     finally:
         h.close()
+
+
+def crash_a_backend(dsn: str) -> None:
+    """SIGKILL one server process: PostgreSQL then ends every session and
+    re-initialises (crash recovery) without a new postmaster."""
+    victim = psycopg.connect(dsn, autocommit=True)
+    os.kill(victim.info.backend_pid, signal.SIGKILL)
+
+
+def connect_when_back(dsn: str) -> psycopg.Connection:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_server_crash_stops_the_workers_and_every_message_runs_to_done_once(
+    own_cluster: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Claims commit without waiting for their WAL flush, so a crash may lose the
+    last ones: the dispatcher notices the crash restart at reconnect, stops every
+    worker (an id never stays with a worker while its row is pending again) and
+    carries on."""
+    base, dsn = own_cluster
+    h = Harness(tmp_path, dsn)
+    try:
+        conf = h.conf(h.pipeline(["a", "b"], PARALLELISM=2, QUEUE_LIMIT=4))
+        d = h.start(conf)
+        n = 300
+        h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(n)])
+        wait_until(lambda: h.counts().get("done", 0) >= 30, 60, message="progress before the crash")
+        crash_a_backend(dsn)
+        h.conn = connect_when_back(dsn)
+        wait_until(
+            lambda: "database server restarted" in d.log(), 60, message="the restart noticed"
+        )
+        counts = h.wait_all(timeout=120)
+        assert counts == {"done": n}, counts
+        assert d.running(), d.tail()
+        assert h.overlaps() == []
+        # a second crash is noticed again (the new epoch was kept)
+        crash_a_backend(dsn)
+        h.conn = connect_when_back(dsn)
+        more = h.enqueue("a", 10)
+        h.wait_all("done", timeout=60, where=f"workqueue_id >= {more[0]}")
+        assert d.log().count("database server restarted") == 2, d.tail()
+        assert d.terminate() == 0
+    finally:
+        h.close()
+
+
+def test_a_lost_connection_without_a_server_restart_keeps_the_workers(h: Harness) -> None:
+    """Only a server restart stops the workers: a dispatcher whose connections
+    were merely cut reconnects and its workers keep their messages."""
+    conf = h.conf(h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=1))
+    d = h.start(conf)
+    (mid,) = h.enqueue("a", [{"do": "sleep:2;finish"}])
+    wait_until(lambda: h.counts().get("running", 0) == 1, 30, message="the message running")
+    pids = set(children_of(d.pid))
+    h.conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'pepsi-dispatch%%'"
+    )
+    wait_until(lambda: "re-established" in d.log(), 30, message="the reconnect")
+    h.wait_all("done", timeout=30, where=f"workqueue_id = {mid}")
+    assert "database server restarted" not in d.log(), d.tail()
+    assert set(children_of(d.pid)) & pids, (pids, children_of(d.pid))
 
 
 def competing_conf(h: Harness, stages: list[str], **kw):
