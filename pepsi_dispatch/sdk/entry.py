@@ -4,6 +4,7 @@ then :class:`~.runner.StageRunner` until EOF or a stop signal."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Mapping
@@ -206,6 +207,10 @@ def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[
     if template is not None:
         import pepsi_dispatch.config  # noqa: F401 - what every forked worker reads first
 
+        # Everything imported so far lives as long as the worker: out of the
+        # collector's sight, a forked worker's collections never write to (and
+        # so never copy) the pages it shares with the template.
+        gc.freeze()
         status = template.serve()
         if status is not None:
             return status
