@@ -75,6 +75,7 @@ from pepsi_dispatch.sdk.message import (
     Transition,
 )
 from pepsi_dispatch.sdk.pipe import MAX_REASON as MAX_REASON
+from pepsi_dispatch.sdk.template import fork_point
 
 __all__ = [
     "Advance",
@@ -84,5 +85,6 @@ __all__ = [
     "Message",
     "Pause",
     "Transition",
+    "fork_point",
     "run",
 ]

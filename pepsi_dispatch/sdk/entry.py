@@ -4,7 +4,6 @@ then :class:`~.runner.StageRunner` until EOF or a stop signal."""
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
 from .statements import NOTE_TRACEBACK, SET_BASED_FUNCTIONS, Statements
-from .template import from_environment as template_from_environment
+from .template import serve_if_asked
 from .transaction import CommitMode
 
 __all__ = ["main", "run"]
@@ -203,17 +202,11 @@ def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[
 
     Started as a template (``PEPSI_TEMPLATE_FD``), the process forks workers on
     the dispatcher's request instead; each forked worker goes on here."""
-    template = template_from_environment()
-    if template is not None:
-        import pepsi_dispatch.config  # noqa: F401 - what every forked worker reads first
+    import pepsi_dispatch.config  # noqa: F401 - what every worker reads first, imported before a template forks
 
-        # Everything imported so far lives as long as the worker: out of the
-        # collector's sight, a forked worker's collections never write to (and
-        # so never copy) the pages it shares with the template.
-        gc.freeze()
-        status = template.serve()
-        if status is not None:
-            return status
+    status = serve_if_asked()
+    if status is not None:
+        return status
     try:
         return _start(handlers, group_commit, argv)
     except _StartError as exc:

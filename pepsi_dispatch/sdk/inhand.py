@@ -28,7 +28,7 @@ import struct
 
 from pepsi_dispatch.contract import CAN_TEMPLATE, INHAND_ENV, INHAND_WORD, NONE_IN_HAND
 
-__all__ = ["InHand", "from_environment"]
+__all__ = ["InHand", "announce_template", "from_environment"]
 
 _FORMAT = INHAND_WORD
 SIZE = struct.calcsize(_FORMAT)
@@ -85,3 +85,19 @@ def from_environment() -> InHand:
     if size >= 2 * SIZE:
         struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE)
     return InHand(slot)
+
+
+def announce_template() -> bool:
+    """Say in the capability word of the offered slot that this program can be
+    its stage's template; the slot is left as it is otherwise (``PEPSI_INHAND_FD``
+    stays, so :func:`from_environment` can still map it later). False when no
+    slot of two words is offered."""
+    try:
+        fd = int(os.environ.get(INHAND_ENV, ""))
+        if os.fstat(fd).st_size < 2 * SIZE:
+            return False
+        with mmap.mmap(fd, 2 * SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as slot:
+            struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE)
+    except (OSError, ValueError):
+        return False
+    return True

@@ -23,6 +23,7 @@ The template holds no database connection and reads no ids.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import socket
@@ -32,7 +33,9 @@ import time
 
 from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV
 
-__all__ = ["Template", "from_environment"]
+from .inhand import announce_template
+
+__all__ = ["Template", "fork_point", "from_environment", "serve_if_asked"]
 
 #: How long a forked worker waits to be re-parented to the dispatcher (seconds).
 REPARENT_TIMEOUT = 5.0
@@ -144,3 +147,34 @@ def from_environment() -> Template | None:
     except (ValueError, OSError):
         return None
     return Template(sock, os.getppid())
+
+
+def serve_if_asked() -> int | None:
+    """If the dispatcher started this process as its stage's template, serve
+    spawn requests: the template's exit status once it ends, or None in each
+    worker it forks. None at once in a worker started as usual."""
+    template = from_environment()
+    if template is None:
+        return None
+    # Everything imported so far lives as long as the worker: out of the
+    # collector's sight, a forked worker's collections never write to (and so
+    # never copy) the pages it shares with the template.
+    gc.freeze()
+    return template.serve()
+
+
+def fork_point() -> None:
+    """For programs that speak the pipe protocol themselves: call it once the
+    program's modules are imported, before it connects or reads stdin.
+
+    In a worker it returns at once, having said (in the in-hand slot's
+    capability word) that the program can be its stage's template. The
+    dispatcher then starts the program once more as the template: there the
+    call never returns -- it forks each new worker of the stage, and each
+    forked worker returns from it and goes on as a worker started by exec
+    would -- and the template process exits when the dispatcher closes it.
+    """
+    status = serve_if_asked()
+    if status is not None:
+        sys.exit(status)
+    announce_template()

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--worker",
         action="append",
-        choices=["sdk-default", "sdk", "sdk-gc", "raw"],
+        choices=["sdk-default", "sdk", "sdk-gc", "raw", "raw-fork"],
         help="stage program(s) to measure (repeatable; default: sdk, sdk-gc, raw)",
     )
     parser.add_argument("--group-commit", action="store_true", help="shorthand for --worker sdk-gc")

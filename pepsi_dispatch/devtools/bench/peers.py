@@ -139,7 +139,7 @@ def _setup(
     tmp: Path, stages: list[str], worker: str, parallelism: int, options: dict[str, str | None]
 ) -> bench.Setup:
     """The bench set-up of one of our drains: its stage program and configuration file."""
-    program = worker if worker in ("sdk", "sdk-gc", "raw") else "sdk"
+    program = worker if worker in ("sdk", "sdk-gc", "raw", "raw-fork") else "sdk"
     setup = bench.Setup(tmp, stages, parallelism, 4, program)
     if worker == "sdk-default":
         setup.program.write_text(SDK_DEFAULT_WORKER.format(python=sys.executable))
@@ -210,6 +210,16 @@ OURS: dict[str, tuple[str, int, dict[str, str | None]]] = {
         "finish-many",
         2,
         {"QUEUE_LIMIT": "1024", "MAX_MESSAGES": "1000000"},
+    ),
+    "pepsi-dispatch, raw worker with fork_point(), shipped defaults (PARALLELISM 4 only)": (
+        "raw-fork",
+        4,
+        _DEFAULTS,
+    ),
+    "pepsi-dispatch, raw worker with fork_point(), P4 × Q64, shipped MAX_MESSAGES (1000)": (
+        "raw-fork",
+        4,
+        {"QUEUE_LIMIT": "64", "MAX_MESSAGES": None},
     ),
     "pepsi-dispatch, raw worker, P4 × Q64, shipped MAX_MESSAGES (1000)": (
         "raw",

@@ -17,6 +17,7 @@ from dispatch_harness import (  # noqa: F401
 )
 
 SDK_WORKER = "tests/python/support/workers/sdk_scripted_worker.py"
+RAW_FORKING = "tests/python/support/workers/forking_raw_worker.py"
 
 
 def sdk_conf(h: Harness, group_commit: bool | str, **stage_opts):
@@ -131,6 +132,17 @@ def _most_at_once(runs: list) -> int:
     return most
 
 
+def _most_workers_at_once(runs: list) -> int:
+    """The most workers with a handler run open at one moment."""
+    events = sorted([(r.start, 1, r.pid) for r in runs] + [(r.end, -1, r.pid) for r in runs])
+    open_runs: dict[int, int] = {}
+    most = 0
+    for _, delta, pid in events:
+        open_runs[pid] = open_runs.get(pid, 0) + delta
+        most = max(most, sum(1 for v in open_runs.values() if v > 0))
+    return most
+
+
 def test_template_forks_recycled_workers_within_the_bounds(h: Harness) -> None:
     """An SDK stage gets a template process once its first worker said it can:
     the replacements at MAX_MESSAGES are forked by it, not exec'd. Every message
@@ -161,6 +173,40 @@ def test_template_forks_recycled_workers_within_the_bounds(h: Harness) -> None:
     alive = [pid for pids in d.workers().values() for pid in pids]
     assert set(alive) & set(forked), (alive, forked)
     assert len(alive) >= 2  # the template and at least one idle forked worker
+    d.kill9()
+    wait_until(
+        lambda: not [pid for pid in alive if pid_alive(pid)],
+        5,
+        message="forked workers and the template die with their dispatcher",
+    )
+
+
+def test_a_protocol_worker_with_fork_point_is_forked_within_the_bounds(h: Harness) -> None:
+    """A program that speaks the protocol itself and calls fork_point() gets a
+    template too: its replacements at MAX_MESSAGES are forked. Every message
+    runs once, never more than PARALLELISM at once, at most MAX_MESSAGES per
+    worker, and the forked workers die with a SIGKILLed dispatcher."""
+    log = h.tmp / "raw.log"
+    program = f"{PYTHON} {ROOT / RAW_FORKING} --log {log}"
+    p, limit, n = 2, 10, 200
+    stages = {"a": {"PROGRAM": program, "PARALLELISM": p, "QUEUE_LIMIT": 4, "MAX_MESSAGES": limit}}
+    d = h.start(h.conf(stages, WORKER_IDLE_TIMEOUT="60 s"))
+    ids = h.enqueue("a", n)
+    assert h.wait_all(timeout=90) == {"done": n}
+    text = d.log()
+    assert "template process pid" in text, text
+    forked = [int(x.split()[0]) for x in text.split("worker pid ")[1:] if "forked by" in x[:40]]
+    assert len(forked) >= n // limit - 4, text
+    runs = read_worker_log(log).runs
+    assert sorted(r.wq_id for r in runs) == sorted(ids)  # each id ran once
+    per_pid: dict[int, int] = {}
+    for r in runs:
+        per_pid[r.pid] = per_pid.get(r.pid, 0) + 1
+    assert max(per_pid.values()) <= limit, per_pid
+    assert set(forked) & set(per_pid), "forked workers ran messages"
+    assert _most_workers_at_once(runs) <= p
+    alive = [pid for pids in d.workers().values() for pid in pids]
+    assert set(alive) & set(forked), (alive, forked)
     d.kill9()
     wait_until(
         lambda: not [pid for pid in alive if pid_alive(pid)],
