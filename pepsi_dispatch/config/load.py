@@ -100,6 +100,7 @@ _STAGE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PARALLELISM": ("parallelism", _int_opt(1)),
     "QUEUE_LIMIT": ("queue_limit", _int_opt(1)),
     "MAX_MESSAGES": ("max_messages", _int_opt(1)),
+    "MIN_WORKERS": ("min_workers", _int_opt(0)),
     "MAX_RETRIES": ("max_retries", _int_opt(0)),
     "PAUSED": ("paused", _bool_value),
     "RETRY_DELAY": ("retry_delay", _optional_time_opt),
@@ -238,6 +239,26 @@ def _check_capacity(
     )
 
 
+def _check_min_workers(
+    stage: StageConfig,
+    sec: str,
+    display: str,
+    opts: Mapping[str, str],
+    origins: Mapping[tuple[str, str], str],
+) -> None:
+    """MIN_WORKERS workers hold PARALLELISM slots: it cannot be above PARALLELISM."""
+    if stage.min_workers <= stage.parallelism:
+        return
+    raise _error(
+        f"MIN_WORKERS ({stage.min_workers}) is above PARALLELISM ({stage.parallelism});"
+        f" use at most {stage.parallelism}, or raise PARALLELISM",
+        origins.get((sec, "MIN_WORKERS")) or origins.get((sec, "")),
+        display,
+        "MIN_WORKERS",
+        opts.get("MIN_WORKERS"),
+    )
+
+
 def _build_stages(
     sections: Mapping[str, Mapping[str, str]],
     names: Mapping[str, str],
@@ -265,6 +286,7 @@ def _build_stages(
         values.setdefault("next", ())
         stages[name] = StageConfig(name=name, **values)
         _check_capacity(stages[name], sec, display, opts, origins)
+        _check_min_workers(stages[name], sec, display, opts, origins)
     for name, stage in stages.items():
         for succ in stage.next:
             if succ in stages:

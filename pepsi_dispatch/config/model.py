@@ -19,6 +19,9 @@ class StageConfig:
     parallelism: int = 4
     queue_limit: int = 4
     max_messages: int = 1000
+    #: MIN_WORKERS: workers kept started while the stage is idle (0 = on demand only);
+    #: at most ``parallelism``.
+    min_workers: int = 0
     max_retries: int = DEFAULT_MAX_RETRIES
     #: PAUSED (an overlay option the dashboard sets): claim nothing for this stage.
     paused: bool = False

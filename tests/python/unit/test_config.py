@@ -595,6 +595,48 @@ def test_error_format_matches_contract(write: Write) -> None:
     assert re.fullmatch(r".+:\d+: \[stage-a\] QUEUE_LIMIT = '0': [^;]+; .+", msg)
 
 
+def test_min_workers_default_and_value(write: Write) -> None:
+    c = load_config(write("[stage-a]\nPROGRAM = a\n[stage-b]\nPROGRAM = b\nMIN_WORKERS = 2\n"))
+    assert c.stages["a"].min_workers == 0  # on demand only, as before
+    assert c.stages["b"].min_workers == 2
+    four = load_config(write("[stage-a]\nPROGRAM = a\nPARALLELISM = 4\nMIN_WORKERS = 4\n"))
+    assert four.stages["a"].min_workers == 4  # all of PARALLELISM may be kept warm
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("-1", "not a whole number; use an integer from 0 to 2147483647"),
+        ("two", "not a whole number; use an integer from 0 to 2147483647"),
+        ("1.5", "not a whole number"),
+        ("", "not a whole number"),
+    ],
+)
+def test_bad_min_workers(write: Write, value: str, fragment: str) -> None:
+    path = write(f"[stage-a]\nPROGRAM = /bin/a\nMIN_WORKERS = {value}\n")
+    msg = error_of(lambda: load_config(path))
+    assert msg.startswith(f"{path}:3: [stage-a] MIN_WORKERS = '{value}': ")
+    assert fragment in msg
+
+
+def test_min_workers_above_parallelism(write: Write) -> None:
+    path = write("[stage-a]\nPROGRAM = /bin/a\nPARALLELISM = 2\nMIN_WORKERS = 3\n")
+    assert error_of(lambda: load_config(path)) == (
+        f"{path}:4: [stage-a] MIN_WORKERS = '3': MIN_WORKERS (3) is above PARALLELISM (2);"
+        " use at most 2, or raise PARALLELISM"
+    )
+    # against the default PARALLELISM (4) too
+    path = write("[stage-a]\nPROGRAM = /bin/a\nMIN_WORKERS = 5\n")
+    assert "MIN_WORKERS (5) is above PARALLELISM (4)" in error_of(lambda: load_config(path))
+
+
+def test_overlay_lowering_parallelism_below_min_workers_is_refused(write: Write) -> None:
+    c = load_config(write("[stage-a]\nPROGRAM = a\nPARALLELISM = 3\nMIN_WORKERS = 3\n"))
+    msg = error_of(lambda: apply_overlay(c, [("stage-a", "PARALLELISM", "2")]))
+    assert "[stage-a] MIN_WORKERS = '3': MIN_WORKERS (3) is above PARALLELISM (2)" in msg
+    assert apply_overlay(c, [("stage-a", "MIN_WORKERS", "1")]).stages["a"].min_workers == 1
+
+
 # --------------------------------------------------------------------------- overlay
 
 
