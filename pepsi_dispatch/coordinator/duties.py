@@ -12,7 +12,9 @@ The duties (see docs/INTERNALS.md, "The loop's duties"):
   orphan reset, purge -- each an :class:`Every`;
 - the database round trip of a wake (claims, owed writes and the
   paused-row flip riding in it) -- :class:`.database.round_trip.RoundTrip`;
-- the statistics flush -- :class:`.database.stats_flush.StatsFlush`.
+- the statistics flush -- :class:`.database.stats_flush.StatsFlush`;
+- the warm workers of stages below MIN_WORKERS --
+  :class:`.workers.warm.WarmWorkers` (run with the watchdogs by the supervisor).
 """
 
 from __future__ import annotations

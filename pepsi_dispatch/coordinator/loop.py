@@ -290,7 +290,7 @@ class Dispatcher:
         else:
             t = link.reconnect_at
         t = min(t, self.shutdown_deadline, self.systemd_watchdog.due(), self.early_gauges.due)
-        t = min(t, self.supervisor.watchdogs.next_deadline(now))
+        t = min(t, self.supervisor.next_deadline(now))
         return t - now
 
     # == events ==================================================================
@@ -320,7 +320,7 @@ class Dispatcher:
         if not self.link.connected and now >= self.link.reconnect_at:
             self._reconnect(now)
         self._run_duties(now)
-        self.supervisor.watchdogs.fire_due(now)
+        self.supervisor.fire_due(now)
         if self.shutting_down and now >= self.shutdown_deadline:
             self.supervisor.kill_all_now(now)
 

@@ -12,7 +12,11 @@ claimed ids go. Its invariants:
 * never more than QUEUE_LIMIT unanswered ids on one worker;
 * work packed onto the fewest workers: ids go to the fullest worker that still
   has room, and a new worker is spawned only when all are full -- so surplus
-  workers go idle and are stopped after WORKER_IDLE_TIMEOUT.
+  workers go idle and are stopped after WORKER_IDLE_TIMEOUT;
+* MIN_WORKERS workers kept started (warm) while the stage is idle: they hold
+  PARALLELISM slots like any worker, WORKER_IDLE_TIMEOUT never stops the stage
+  below that count, and the stage is topped up to it (within PARALLELISM and
+  outside a cooldown) when one goes; a PAUSED stage keeps none.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from pepsi_dispatch.backoff import Backoff
 from pepsi_dispatch.config import StageConfig
+from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.workers.children import Fork
 from pepsi_dispatch.coordinator.workers.process import WorkerProcess
 from pepsi_dispatch.coordinator.workers.templates import TemplateProcess
@@ -97,6 +102,34 @@ class StagePool:
         only exiting; a spare has been handed nothing yet. Neither processes.
         """
         return len(self.workers) - len(self.spares) - len(self.recycled)
+
+    @property
+    def min_workers(self) -> int:
+        """MIN_WORKERS: workers kept started while idle; none while the stage is PAUSED."""
+        return 0 if self.config.paused else self.config.min_workers
+
+    def warm(self) -> int:
+        """Workers that count toward MIN_WORKERS: all but those on their way out
+        (stopping, killed, at EOF, retired by a reload); a warm spare counts."""
+        return sum(1 for w in self.workers if not (w.retiring or w.stopping or w.eof))
+
+    def keeps_idle(self, w: WorkerProcess) -> bool:
+        """Is the idle ``w`` kept past WORKER_IDLE_TIMEOUT? Yes while the stage
+        would otherwise fall below MIN_WORKERS (a retiring worker never is)."""
+        return bool(self.min_workers) and not w.retiring and self.warm() <= self.min_workers
+
+    def warm_wanted(self) -> int:
+        """Workers to start so that MIN_WORKERS are up: what is missing, within
+        the PARALLELISM slots still free (a cooldown is not looked at here)."""
+        if not self.min_workers:
+            return 0
+        missing = self.min_workers - self.warm()
+        return max(0, min(missing, self.parallelism - self.holders()))
+
+    def warm_due(self, now: float) -> float:
+        """When a worker is next started to keep MIN_WORKERS: ``now``, the end of
+        the spawn cooldown, or INF (none is missing, or no slot is free)."""
+        return max(now, self.cooldown_until) if self.warm_wanted() else INF
 
     def inflight(self) -> int:
         """Unanswered ids on this stage's workers."""

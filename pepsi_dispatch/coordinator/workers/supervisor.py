@@ -31,6 +31,7 @@ from pepsi_dispatch.coordinator.workers.intake import AnswerIntake
 from pepsi_dispatch.coordinator.workers.process import WorkerProcess, classify_exit, reap_orphans
 from pepsi_dispatch.coordinator.workers.sentinel import GroupSentinel
 from pepsi_dispatch.coordinator.workers.stage_pool import StagePool, worker_env
+from pepsi_dispatch.coordinator.workers.warm import WarmWorkers
 from pepsi_dispatch.coordinator.workers.watchdogs import Watchdogs
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,10 @@ class Supervisor:
         self.reap_all = False
         #: the watchdog table: workers/watchdogs.py.
         self.watchdogs = Watchdogs(self)
+        #: MIN_WORKERS, a duty of the loop: workers/warm.py.
+        self.warm = WarmWorkers(
+            lambda: self.pools.values(), self.spawn_warm, lambda: not self.shutting_down
+        )
         #: kills the workers' groups if the dispatcher dies (started by the loop).
         self.sentinel = GroupSentinel()
         #: are we a child subreaper (templates need it)? None: not looked yet.
@@ -136,6 +141,18 @@ class Supervisor:
         pool = self.pools.get(stage)
         if pool is not None:
             pool.start_cooldown(now, why)
+
+    # == timers =================================================================
+    def next_deadline(self, now: float) -> float:
+        """The earliest of the watchdog table's rows and the warm workers' duty
+        (MIN_WORKERS); INF: none."""
+        return min(self.watchdogs.next_deadline(now), self.warm.next_due(now))
+
+    def fire_due(self, now: float) -> None:
+        """The watchdog rows that are due, then the missing warm workers (MIN_WORKERS)."""
+        self.watchdogs.fire_due(now)
+        if now >= self.warm.next_due(now):
+            self.warm.run(now)
 
     def busy(self) -> bool:
         """Does any worker have ids in flight?"""
@@ -237,9 +254,12 @@ class Supervisor:
             argv = worker_argv(pool.config.program, self.dispatch_config.config_file)
             pool.start_template(argv, self._env(pool))
 
-    def spawn(self, pool: StagePool, now: float, spare: bool = False) -> WorkerProcess | None:
+    def spawn(
+        self, pool: StagePool, now: float, spare: bool = False, warm: bool = False
+    ) -> WorkerProcess | None:
         """A new worker for ``pool`` (None: it cannot start; the stage cools down).
-        A ``spare`` is started warm for a worker nearing MAX_MESSAGES. A stage
+        A ``spare`` is started warm for a worker nearing MAX_MESSAGES; a ``warm``
+        worker to keep MIN_WORKERS (it holds a slot, handed nothing yet). A stage
         with a template forks it there, else execs PROGRAM."""
         env = self._env(pool)
         try:
@@ -264,7 +284,7 @@ class Supervisor:
         pool.workers.append(w)
         if spare:
             pool.spares.add(w.pid)
-        else:
+        elif not warm:  # a warm worker's first answer would time its wait too
             pool.spawned_at[w.pid] = now
         self.sel.register(
             w.stdout_fd, selectors.EVENT_READ, self.on_ready(w, "answers", self._on_stdout)
@@ -279,9 +299,17 @@ class Supervisor:
             "forked by the stage's template" if w.forked else "started",
             pool.holders(),
             pool.parallelism,
-            " as a warm spare (MAX_MESSAGES recycle)" if spare else "",
+            " as a warm spare (MAX_MESSAGES recycle)"
+            if spare
+            else f" to keep MIN_WORKERS ({pool.min_workers})"
+            if warm
+            else "",
         )
         return w
+
+    def spawn_warm(self, pool: StagePool, now: float) -> WorkerProcess | None:
+        """A worker started to keep ``pool`` at MIN_WORKERS (workers/warm.py)."""
+        return self.spawn(pool, now, warm=True)
 
     def spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None:
         """A warm spare for ``old``, which nears MAX_MESSAGES."""

@@ -3,7 +3,8 @@
 Every watchdog is one row (deadline, owner, action): a stage's spawn
 cooldown ending, a worker hung in start-up, MAX_RUNTIME, a worker that
 closed stdout but does not exit, a stop past SHUTDOWN_TIMEOUT, an idle
-worker. :meth:`Watchdogs.next_deadline` (the loop's select timeout) and
+worker (unless its stage keeps it warm: MIN_WORKERS).
+:meth:`Watchdogs.next_deadline` (the loop's select timeout) and
 :meth:`Watchdogs.fire_due` (the timer phase) read the same table, so what
 wakes the loop is exactly what is then done.
 """
@@ -107,9 +108,14 @@ class Watchdogs:
             rows.append(Watchdog(w.eof_at + EOF_GRACE, w, self._eof_no_exit))
         if w.stopping and w.stop_deadline:
             rows.append(Watchdog(w.stop_deadline, w, self._stop_overdue))
-        if not w.inflight and not w.stopping and not w.eof:
+        if not w.inflight and not w.stopping and not w.eof and not self._kept_warm(w):
             idle_at = w.idle_since + self.sup.dispatch_config.worker_idle_timeout
             rows.append(Watchdog(idle_at, w, self._idle))
+
+    def _kept_warm(self, w: WorkerProcess) -> bool:
+        """Is the idle ``w`` one of its stage's MIN_WORKERS (never stopped as idle)?"""
+        pool = self.sup.pools.get(w.stage)
+        return pool is not None and pool.keeps_idle(w)
 
     def next_deadline(self, now: float) -> float:
         """The earliest watchdog deadline (INF: none)."""
@@ -135,7 +141,10 @@ class Watchdogs:
             row.action(row.owner, now)
 
     def _idle(self, w: WorkerProcess, now: float) -> None:
-        self.sup.stop(w, now, why="idle")
+        # Idle rows due together: the first stops may have brought its stage to
+        # MIN_WORKERS, and the rest are kept.
+        if not self._kept_warm(w):
+            self.sup.stop(w, now, why="idle")
 
     def _cooled(self, pool: StagePool, now: float) -> None:
         pool.cooldown_until = 0.0  # the delay is kept, so the next one grows
