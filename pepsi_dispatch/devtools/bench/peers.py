@@ -58,7 +58,9 @@ import psycopg
 
 stage = os.environ["PEPSI_STAGE"]
 did = int(os.environ["PEPSI_DISPATCHER_ID"])
-conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
+conn = psycopg.connect(
+    os.environ["PEPSI_DSN"], autocommit=True, application_name="pepsi-worker " + stage
+)
 fd = 0
 buf = b""
 while True:
@@ -91,7 +93,8 @@ def ours(
     """One pepsi-dispatch drain (1 stage); ``options`` replace the stage's bench settings
     (a value of None drops the option: the shipped default applies). ``warm``: the
     clock runs from the backlog's arrival at a dispatcher already serving (and idle:
-    no worker runs yet); otherwise from the dispatcher's start, the backlog waiting."""
+    no worker runs yet, unless MIN_WORKERS keeps some started: then it waits until
+    they are connected); otherwise from the dispatcher's start, the backlog waiting."""
     stages = ["bench_s1"]
     with (
         tempfile.TemporaryDirectory(prefix="pepsi-bench-") as tmp,
@@ -113,6 +116,7 @@ def ours(
                     with conn.transaction():  # the whole backlog arrives at one commit
                         return bench.enqueue_many(conn, stages[0], ({"n": i} for i in range(n)))
 
+                _wait_warm(conn, proc, stages[0], int(options.get("MIN_WORKERS") or 0), timeout)
                 (own0, cpu0), t0, c0, ids = backlog_arrives(
                     conn, proc, "pepsi-dispatch", enqueue, costs
                 )
@@ -154,6 +158,34 @@ def _setup(
     extra = [f"{k} = {v}" for k, v in options.items() if v is not None and k != "PARALLELISM"]
     setup.conf.write_text("\n".join(lines + extra) + "\n")
     return setup
+
+
+def _wait_warm(
+    conn: psycopg.Connection, proc: Any, stage: str, min_workers: int, timeout: float
+) -> None:
+    """With MIN_WORKERS: poll until that many of ``stage``'s workers are connected
+    (``pg_stat_activity``, application_name ``pepsi-worker STAGE`` as the SDK and
+    the finish_many worker set it), so the backlog meets them started, not starting.
+    The caller's ``wait_idle`` then waits for their start-up CPU to settle."""
+    if min_workers <= 0:
+        return
+    deadline = time.monotonic() + min(timeout, 60.0)
+    while True:
+        n = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            (f"pepsi-worker {stage}",),
+        ).fetchone()[0]  # type: ignore[index]
+        if n >= min_workers:
+            return
+        if proc.poll() is not None:
+            raise SystemExit(f"bench: dispatcher died ({proc.returncode})")
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"bench: {n} of MIN_WORKERS {min_workers} workers of {stage} connected"
+                " (application_name 'pepsi-worker STAGE') after 60 s"
+            )
+        time.sleep(0.05)
 
 
 def _wait_drained(conn: psycopg.Connection, proc: Any, stage: str, timeout: float) -> None:
@@ -210,6 +242,12 @@ OURS: dict[str, tuple[str, int, dict[str, str | None]]] = {
         "finish-many",
         2,
         {"QUEUE_LIMIT": "1024", "MAX_MESSAGES": "1000000"},
+    ),
+    # the same, its two workers kept started while idle: the burst pays no start-up
+    "pepsi-dispatch, throughput settings: pepsi.finish_many worker, P2 × Q1024, MIN_WORKERS 2": (
+        "finish-many",
+        2,
+        {"QUEUE_LIMIT": "1024", "MAX_MESSAGES": "1000000", "MIN_WORKERS": "2"},
     ),
     "pepsi-dispatch, raw worker with fork_point(), shipped defaults (PARALLELISM 4 only)": (
         "raw-fork",
