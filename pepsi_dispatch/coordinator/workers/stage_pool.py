@@ -108,15 +108,20 @@ class StagePool:
         """MIN_WORKERS: workers kept started while idle; none while the stage is PAUSED."""
         return 0 if self.config.paused else self.config.min_workers
 
+    def _stays(self, w: WorkerProcess) -> bool:
+        """Does ``w`` count toward MIN_WORKERS? Not when it is on its way out:
+        stopping, killed, at EOF, retired by a reload, or replaced by a warm
+        spare already started for it (the spare counts instead)."""
+        return not (w.retiring or w.stopping or w.eof or w.pid in self.heirs)
+
     def warm(self) -> int:
-        """Workers that count toward MIN_WORKERS: all but those on their way out
-        (stopping, killed, at EOF, retired by a reload); a warm spare counts."""
-        return sum(1 for w in self.workers if not (w.retiring or w.stopping or w.eof))
+        """Workers that count toward MIN_WORKERS (a warm spare among them)."""
+        return sum(1 for w in self.workers if self._stays(w))
 
     def keeps_idle(self, w: WorkerProcess) -> bool:
-        """Is the idle ``w`` kept past WORKER_IDLE_TIMEOUT? Yes while the stage
-        would otherwise fall below MIN_WORKERS (a retiring worker never is)."""
-        return bool(self.min_workers) and not w.retiring and self.warm() <= self.min_workers
+        """Is the idle ``w`` kept past WORKER_IDLE_TIMEOUT? Yes if it counts toward
+        MIN_WORKERS and the stage would otherwise fall below it."""
+        return bool(self.min_workers) and self._stays(w) and self.warm() <= self.min_workers
 
     def warm_wanted(self) -> int:
         """Workers to start so that MIN_WORKERS are up: what is missing, within

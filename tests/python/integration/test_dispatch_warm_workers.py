@@ -76,6 +76,25 @@ def test_min_workers_are_started_early_kept_idle_and_topped_up(h: Harness) -> No
     assert "to keep MIN_WORKERS" not in log[log.index("stopping: no more claims") :]
 
 
+def test_a_worker_recycled_at_max_messages_leaves_a_warm_one(h: Harness) -> None:
+    """MAX_MESSAGES 3: the worker that did them is recycled; one worker (its
+    warm spare or a top-up) is up afterwards and stays through idle timeouts."""
+    stages = h.pipeline(["a"], PARALLELISM=1, QUEUE_LIMIT=1, MAX_MESSAGES=3, MIN_WORKERS=1)
+    d = h.start(h.conf(stages, WORKER_IDLE_TIMEOUT="0.5 s"))
+
+    def warm() -> set[int]:
+        return set(d.workers().get("a", []))
+
+    first = wait_until(lambda: len(warm()) == 1 and warm(), 20, message="a warm worker")
+    h.enqueue("a", 3)
+    h.wait_all("done", timeout=60)
+    wait_until(lambda: first.isdisjoint(warm()), 20, message="the recycled worker gone")
+    after = wait_until(lambda: len(warm()) == 1 and warm(), 20, message="its warm successor")
+    _stays(lambda: warm() == after, 2.0, "the stage fell below MIN_WORKERS after a recycle")
+    assert f"worker pid {min(first)} stopped (MAX_MESSAGES (3) reached)" in d.log(), d.tail()
+    assert d.terminate() == 0
+
+
 def test_min_workers_follow_a_reload_and_pause(h: Harness) -> None:
     """Raised by the overlay: started without a message; PAUSED: none kept;
     resumed: started again."""

@@ -126,6 +126,19 @@ def test_a_warm_spare_counts_as_warm() -> None:
     assert pool.warm_wanted() == 0
 
 
+def test_a_worker_with_a_spare_started_for_it_is_replaced_by_the_spare() -> None:
+    """A worker nearing MAX_MESSAGES whose spare is up no longer counts: the
+    spare does. The others are kept, and it may go idle without a top-up."""
+    pool = _pool(parallelism=2, min_workers=2)
+    leaving, other, spare = _Worker(1), _Worker(2), _Worker(3)
+    pool.workers.extend([leaving, other, spare])  # type: ignore[arg-type]
+    pool.heirs.add(1)
+    pool.spares.add(3)
+    assert pool.warm() == 2 and pool.warm_wanted() == 0
+    assert pool.keeps_idle(other) and pool.keeps_idle(spare)  # type: ignore[arg-type]
+    assert not pool.keeps_idle(leaving)  # type: ignore[arg-type]
+
+
 def test_a_paused_stage_keeps_no_warm_worker() -> None:
     pool = _pool(min_workers=2, paused=True)
     assert pool.min_workers == 0 and pool.warm_wanted() == 0
