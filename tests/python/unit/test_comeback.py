@@ -1,0 +1,84 @@
+"""Unit tests of coordinator/comeback.py: what a reconnect does when the server
+restarted (its last claims may be lost) or we were declared dead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pepsi_dispatch.coordinator.comeback import Comeback
+from pepsi_dispatch.coordinator.ledger import Ledger
+
+
+class FakeDatabase:
+    def __init__(self, epoch: tuple[str, str] | None) -> None:
+        self.server_epoch = epoch
+
+
+class FakeSupervisor:
+    def __init__(self, workers: int, held: int) -> None:
+        self.workers = list(range(workers))
+        self.held = held
+        self.dropped = 0
+
+    def all(self) -> list[Any]:
+        return self.workers
+
+    def drop_all(self) -> int:
+        self.dropped += 1
+        held, self.held, self.workers = self.held, 0, []
+        return held
+
+
+STARTED = ("2026-12-01 10:00:00+00", "2026-12-01 10:00:00+00")
+CRASHED = ("2026-12-01 10:00:00+00", "2026-12-01 11:00:00+00")
+
+
+def comeback(epoch: tuple[str, str] | None, ledger: Ledger | None = None) -> Comeback:
+    c = Comeback(FakeDatabase(epoch), FakeSupervisor(2, 5), ledger or Ledger(), lambda: False)  # type: ignore[arg-type]
+    c.connected()
+    return c
+
+
+def test_the_same_server_keeps_the_workers() -> None:
+    c = comeback(STARTED)
+    assert c.check_server_restart() is False
+    assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
+
+
+def test_a_crash_restart_stops_the_workers_and_keeps_the_owed_writes(caplog) -> None:
+    ledger = Ledger()
+    w = object()
+    ledger.hand([1, 2, 3], w)
+    ledger.failed(7, "failed", "worker exited with code 1")
+    ledger.answered(8, "a")
+    ledger.floors["a"] = 100
+    c = comeback(STARTED, ledger)
+    c.db.server_epoch = CRASHED  # type: ignore[misc]
+    assert c.check_server_restart() is True
+    assert c.supervisor.dropped == 1  # type: ignore[attr-defined]
+    assert ledger.holding() == 0 and not ledger.holder_of
+    assert ledger.failures == [(7, "failed", "worker exited with code 1")]
+    assert ledger.checks == [8]
+    assert ledger.floors == {} and ledger.claim_needed
+    assert "database server restarted" in caplog.text and "2 worker(s)" in caplog.text
+    # the new epoch is remembered: the next reconnect to it keeps the workers
+    assert c.check_server_restart() is False
+    assert c.supervisor.dropped == 1  # type: ignore[attr-defined]
+
+
+def test_an_unknown_epoch_changes_nothing() -> None:
+    c = comeback(None)
+    c.db.server_epoch = STARTED  # type: ignore[misc]
+    assert c.check_server_restart() is False  # first sight: nothing to compare with
+    c.db.server_epoch = None  # type: ignore[misc]
+    assert c.check_server_restart() is False
+    assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
+
+
+def test_declared_dead_drops_everything_owed_too() -> None:
+    ledger = Ledger()
+    ledger.hand([1], object())
+    ledger.failed(7, "failed", "x")
+    c = Comeback(FakeDatabase(STARTED), FakeSupervisor(1, 1), ledger, lambda: True)  # type: ignore[arg-type]
+    c.check_registration()
+    assert not ledger.holder_of and ledger.failures == []
