@@ -9,9 +9,10 @@ Two findings make the ids in our workers' hands unsafe to keep:
 * **the server restarted** (or came back from a crash): claims commit without
   waiting for their WAL flush, so the last claims before a crash may be lost
   and their rows pending again -- claimable a second time while a worker still
-  has them. Every worker is killed and no id stays in hand; the owed writes
+  has them. Every worker is killed and no id stays in hand; the owed failures
   are kept (they are fenced by dispatcher_id, so they change only rows still
-  ours), and the rows we still hold go back to pending with the strays.
+  ours), the owed answer checks are dropped (the answered commit may be lost
+  too), and the rows we still hold go back to pending with the strays.
 
 A lost connection alone (the server kept running) keeps the workers.
 """

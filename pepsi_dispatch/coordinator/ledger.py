@@ -189,9 +189,15 @@ class Ledger:
 
     def forget_holders(self) -> None:
         """The server restarted and every worker was stopped: no id is in hand any
-        more. The owed writes stay (they are fenced by dispatcher_id, so a row
-        whose claim the restart lost is left alone); the floors go."""
+        more. The owed failures stay (fenced by dispatcher_id, they leave alone a
+        row whose claim the restart lost). The owed answer checks go: a commit
+        the restart lost (asynchronous commit, an asynchronous standby) may have
+        put the row back as it was, and failing it as "answered 0 but left it
+        running" would blame the worker; it is released with the strays and
+        runs again, at least once as after any crash. The floors go too."""
         self.holder_of.clear()
+        self.checks.clear()
+        self.check_stage.clear()
         self.rescan()
 
     def strays(self, held_in_db: set[int], check_stage_now: dict[int, str] | None) -> list[int]:

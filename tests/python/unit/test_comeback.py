@@ -45,7 +45,7 @@ def test_the_same_server_keeps_the_workers() -> None:
     assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
 
 
-def test_a_crash_restart_stops_the_workers_and_keeps_the_owed_writes(caplog) -> None:
+def test_a_crash_restart_stops_the_workers_keeps_owed_failures_drops_answer_checks(caplog) -> None:
     ledger = Ledger()
     w = object()
     ledger.hand([1, 2, 3], w)
@@ -58,7 +58,7 @@ def test_a_crash_restart_stops_the_workers_and_keeps_the_owed_writes(caplog) -> 
     assert c.supervisor.dropped == 1  # type: ignore[attr-defined]
     assert ledger.holding() == 0 and not ledger.holder_of
     assert ledger.failures == [(7, "failed", "worker exited with code 1")]
-    assert ledger.checks == [8]
+    assert ledger.checks == [] and 8 not in ledger.check_stage  # its commit may be lost too
     assert ledger.floors == {} and ledger.claim_needed
     assert "database server restarted" in caplog.text and "2 worker(s)" in caplog.text
     # the new epoch is remembered: the next reconnect to it keeps the workers
