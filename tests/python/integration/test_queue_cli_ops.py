@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -215,14 +214,20 @@ def test_status_watch_refreshes_and_ctrl_c_exits_0(pq, conn) -> None:
         text=True,
     )
     try:
-        time.sleep(1.5)
+        # Ctrl-C once two frames were drawn (the loop runs), not at a guessed moment.
+        assert proc.stdout is not None
+        head = ""
+        while head.count("pepsi-queue status --watch") < 2:
+            line = proc.stdout.readline()
+            assert line, "the watch ended before its second frame"
+            head += line
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert out.count("pepsi-queue status --watch") >= 2 and "Traceback" not in err
+    assert (head + out).count("pepsi-queue status --watch") >= 2 and "Traceback" not in err
 
 
 def test_status_watch_shows_the_live_workers_of_a_running_dispatcher(pq, h: Harness) -> None:
