@@ -6,8 +6,8 @@ Two findings make the ids in our workers' hands unsafe to keep:
   than ORPHAN_TIMEOUT and reset our running rows; it may run them already.
   Every worker is killed and every id forgotten, the owed writes too: none of
   those rows is ours any more.
-* **the server restarted** (or came back from a crash): claims commit without
-  waiting for their WAL flush, so the last claims before a crash may be lost
+* **the server restarted** (or came back from a crash), single mode: claims
+  commit without waiting for their WAL flush, so the last claims before a crash may be lost
   and their rows pending again -- claimable a second time while a worker still
   has them. Every worker is killed and no id stays in hand; the owed failures
   are kept (they are fenced by dispatcher_id, so they change only rows still
@@ -76,8 +76,8 @@ class Comeback:
         """If the server restarted since we last worked with it, stop every
         worker and let go of every id in hand. True if it did."""
         epoch, known = self.db.server_epoch, self.server_epoch
-        if epoch is None or epoch == known:
-            return False
+        if epoch is None or epoch == known or self.db.competing:
+            return False  # (competing replicas claim synchronously)
         self.server_epoch = epoch
         if known is None:
             return False

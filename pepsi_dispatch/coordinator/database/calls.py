@@ -118,12 +118,17 @@ SQL_REGISTER_STAGES: Final = (
 SQL_CHECK_ANSWERED: Final = (
     "SELECT workqueue_id, stage FROM pepsi.check_answered(%s::bigint, %s::bigint[])"
 )
-# The claim commits without waiting for its WAL flush (synchronous_commit off
-# for that transaction alone): a claim lost to a server crash leaves its rows
-# pending, never half-claimed, and every later synchronous commit -- the
-# worker's answer above all -- flushes it first. The dispatcher notices a
-# server restart at reconnect and stops every worker (coordinator/comeback.py).
+# A single dispatcher's claim commits without waiting for its WAL flush
+# (synchronous_commit off for that transaction alone): a claim lost to a server
+# crash leaves its rows pending, never half-claimed, and every later synchronous
+# commit -- the worker's answer above all -- flushes it first. The dispatcher
+# notices a server restart at reconnect and stops every worker
+# (coordinator/comeback.py). Competing replicas claim synchronously: another
+# replica could take a lost claim's rows before we reconnect and stop ours.
 SQL_CLAIM: Final = (  # workqueue_id, stage, priority
+    "SELECT * FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[])"
+)
+SQL_CLAIM_NO_FLUSH_WAIT: Final = (
     "SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS async_commit,"
     " pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[]) AS c"
 )
@@ -190,6 +195,8 @@ class Database:
         self.competing = competing
         self.listen: psycopg.Connection | None = None
         self.work: psycopg.Connection | None = None
+        #: the claim statement: no wait for its WAL flush unless competing.
+        self.claim_sql = SQL_CLAIM if competing else SQL_CLAIM_NO_FLUSH_WAIT
         #: the server's start and crash-restart times, read at each connect of
         #: the work connection (None before the first).
         self.server_epoch: tuple[str, str] | None = None
@@ -491,7 +498,7 @@ class Database:
         work = self.work
         assert work is not None
         args = self._claim_args(dispatcher_id, stages, caps, after_ids)
-        return rerun_on_conflict(lambda: claimed_rows(work.execute(SQL_CLAIM, args)), "claim")
+        return rerun_on_conflict(lambda: claimed_rows(work.execute(self.claim_sql, args)), "claim")
 
     def _claim_args(
         self, dispatcher_id: int, stages: Sequence[str], caps: Sequence[int], after_ids: Any
@@ -544,7 +551,7 @@ class Database:
                 if requeue is not None:
                     c_req = work.execute(SQL_REQUEUE_DUE, requeue)
                 if claim is not None:
-                    c_claim = work.execute(SQL_CLAIM, self._claim_args(dispatcher_id, *claim))
+                    c_claim = work.execute(self.claim_sql, self._claim_args(dispatcher_id, *claim))
             retried: list[tuple[int, str, str, str]] = []
             claimed, off_floor = claimed_rows(c_claim) if c_claim else ([], [])
             if c_err is not None:

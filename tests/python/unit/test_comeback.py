@@ -10,8 +10,9 @@ from pepsi_dispatch.coordinator.ledger import Ledger
 
 
 class FakeDatabase:
-    def __init__(self, epoch: tuple[str, str] | None) -> None:
+    def __init__(self, epoch: tuple[str, str] | None, competing: bool = False) -> None:
         self.server_epoch = epoch
+        self.competing = competing
 
 
 class FakeSupervisor:
@@ -82,3 +83,11 @@ def test_declared_dead_drops_everything_owed_too() -> None:
     c = Comeback(FakeDatabase(STARTED), FakeSupervisor(1, 1), ledger, lambda: True)  # type: ignore[arg-type]
     c.check_registration()
     assert not ledger.holder_of and ledger.failures == []
+
+
+def test_competing_replicas_keep_their_workers_their_claims_were_flushed() -> None:
+    c = comeback(STARTED)
+    c.db.competing = True  # type: ignore[attr-defined]
+    c.db.server_epoch = CRASHED  # type: ignore[misc]
+    assert c.check_server_restart() is False
+    assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
