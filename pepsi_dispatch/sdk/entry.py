@@ -4,8 +4,10 @@ then :class:`~.runner.StageRunner` until EOF or a stop signal."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
+import threading
 from collections.abc import Mapping
 
 import psycopg
@@ -237,4 +239,42 @@ def run(
     when ``$PEPSI_STAGE`` is not a stage of the configuration found (no message
     is touched), 1 for other fatal errors.
     """
-    sys.exit(main(handlers, group_commit, sys.argv[1:] if argv is None else argv))
+    try:
+        status = main(handlers, group_commit, sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # a handler's sys.exit(), answered by the runner
+        status = _exit_status(exc.code)
+    leave(status)
+
+
+def _exit_status(code: object) -> int:
+    """The exit status ``sys.exit(code)`` would give (a text is printed, status 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def leave(status: int) -> None:
+    """End the worker process with ``status`` without tearing the interpreter down.
+
+    What ``sys.exit`` does at the end that matters is done here: the program's
+    own threads are waited for, its ``atexit`` functions run and stdout and
+    stderr are flushed. What is skipped is the teardown of every module and
+    object, which writes to each of them: in a worker forked from its stage's
+    template that copies nearly every page shared with the template, about
+    30 ms of CPU per recycled worker, for nothing (multiprocessing's forked
+    children end the same way). The worker's connection is closed by then.
+    """
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
