@@ -52,3 +52,7 @@ NONE_IN_HAND: Final = -1
 #: stage's workers on request (TEMPLATE_ENV names its socket).
 CAN_TEMPLATE: Final = 1
 TEMPLATE_ENV: Final = "PEPSI_TEMPLATE_FD"
+#: Offered to an exec'd worker of a stage that has no template yet: a socket on
+#: which the worker may fork the stage's template from itself, before it connects
+#: (it sends ``ready PID`` once the dispatcher is the template's parent).
+TEMPLATE_OFFER_ENV: Final = "PEPSI_TEMPLATE_OFFER_FD"

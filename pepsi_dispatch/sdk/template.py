@@ -18,6 +18,14 @@ The SDK then serves that socket instead of stdin:
 * EOF on the socket: the template exits 0.
 
 The template holds no database connection and reads no ids.
+
+A stage that has no template yet offers one to an exec'd worker
+(``PEPSI_TEMPLATE_OFFER_FD``, the same kind of socket): the worker, with its
+modules imported and before it connects, forks the template from itself
+(:func:`accept_offer`) instead of the dispatcher starting a second
+interpreter. That template leaves the worker's pipes and slot, leads its own
+session, waits until it is re-parented to the dispatcher, asks to die with
+it, and greets with ``ready PID``; then it serves as above.
 """
 
 from __future__ import annotations
@@ -31,11 +39,11 @@ import struct
 import sys
 import time
 
-from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV
+from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV, TEMPLATE_OFFER_ENV
 
 from .inhand import announce_template
 
-__all__ = ["Template", "fork_point", "from_environment", "serve_if_asked"]
+__all__ = ["Template", "accept_offer", "fork_point", "from_environment", "serve_if_asked"]
 
 #: How long a forked worker waits to be re-parented to the dispatcher (seconds).
 REPARENT_TIMEOUT = 5.0
@@ -46,14 +54,18 @@ _PID = struct.Struct("=q")
 class Template:
     """Serves spawn requests on the dispatcher's socket."""
 
-    def __init__(self, sock: socket.socket, dispatcher_pid: int) -> None:
+    def __init__(
+        self, sock: socket.socket, dispatcher_pid: int, greeting: bytes = b"ready"
+    ) -> None:
         self.sock = sock
         self.dispatcher_pid = dispatcher_pid
+        #: what it says first: ``ready``, or ``ready PID`` when a worker forked it
+        self.greeting = greeting
 
     def serve(self) -> int | None:
         """Fork workers until EOF: the template's exit status, or None in a
         forked worker (which then starts as a worker does)."""
-        self.sock.send(b"ready")
+        self.sock.send(self.greeting)
         while True:
             try:
                 msg, fds, _, _ = socket.recv_fds(self.sock, 64, 8)
@@ -111,14 +123,7 @@ class Template:
 
     def _become_worker(self, fds: list[int]) -> None:
         """In the worker: wait for the dispatcher as parent, die with it, take the fds."""
-        deadline = time.monotonic() + REPARENT_TIMEOUT
-        while os.getppid() != self.dispatcher_pid:
-            if time.monotonic() > deadline:
-                os._exit(1)
-            time.sleep(0.0002)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != self.dispatcher_pid:
+        if not _adopted_by(self.dispatcher_pid):
             os._exit(1)  # the dispatcher died before the request was settled
         stdin, stdout, stderr, slot = fds
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
@@ -126,6 +131,73 @@ class Template:
             os.close(fd)
         self.sock.close()
         os.environ[INHAND_ENV] = str(slot)
+
+
+def _adopted_by(dispatcher_pid: int) -> bool:
+    """Wait (up to REPARENT_TIMEOUT) until the dispatcher is our parent, then ask
+    the kernel to SIGKILL us when it dies. False if it never became our parent,
+    or died meanwhile."""
+    deadline = time.monotonic() + REPARENT_TIMEOUT
+    while os.getppid() != dispatcher_pid:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0002)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == dispatcher_pid
+
+
+def _leave_the_workers_fds() -> None:
+    """In a template forked from a worker: let go of the worker's pipes and
+    in-hand slot, so that the dispatcher sees them close when the worker exits."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    slot = os.environ.pop(INHAND_ENV, "")
+    if slot.isdigit():
+        _close_all([int(slot)])
+
+
+def accept_offer() -> Template | None:
+    """The template offered through ``PEPSI_TEMPLATE_OFFER_FD``, forked from this
+    worker: the :class:`Template` in the forked template process, None in the
+    worker (and None when nothing is offered or the fork fails).
+
+    Called once the program's modules are imported, before it connects or
+    reads stdin: the template is this process as it is now, which is what the
+    dispatcher would otherwise get from a second interpreter's start.
+    """
+    text = os.environ.pop(TEMPLATE_OFFER_ENV, "")
+    if not text:
+        return None
+    try:
+        sock = socket.socket(fileno=int(text))
+    except (ValueError, OSError):
+        return None
+    dispatcher_pid = os.getppid()
+    try:
+        middle = os.fork()
+    except OSError:
+        sock.close()
+        return None
+    if middle == 0:
+        try:
+            if os.fork() != 0:
+                os._exit(0)
+            os.setsid()
+            _leave_the_workers_fds()
+            if not _adopted_by(dispatcher_pid):
+                os._exit(1)
+            return Template(sock, dispatcher_pid, f"ready {os.getpid()}".encode())
+        except BaseException:
+            os._exit(1)
+    sock.close()
+    try:
+        os.waitpid(middle, 0)
+    except ChildProcessError:
+        pass
+    return None
 
 
 def _close_all(fds: list[int]) -> None:
@@ -152,8 +224,10 @@ def from_environment() -> Template | None:
 def serve_if_asked() -> int | None:
     """If the dispatcher started this process as its stage's template, serve
     spawn requests: the template's exit status once it ends, or None in each
-    worker it forks. None at once in a worker started as usual."""
-    template = from_environment()
+    worker it forks. In a worker offered a template, fork it first (the
+    template serves from here on; the worker gets None). None at once in a
+    worker started as usual."""
+    template = from_environment() or accept_offer()
     if template is None:
         return None
     # Everything imported so far lives as long as the worker: out of the

@@ -17,11 +17,12 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import IO, Protocol
 
-from pepsi_dispatch.contract import INHAND_ENV
+from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_OFFER_ENV
 from pepsi_dispatch.coordinator.workers.inhand import InHandSlot
 
 log = logging.getLogger(__name__)
@@ -129,10 +130,23 @@ def start_child(
     )
 
 
-def start_worker(argv: list[str], env: Mapping[str, str], slot: InHandSlot) -> Child:
-    """Start a worker in its own session with non-blocking pipes, offered ``slot``."""
+def start_worker(
+    argv: list[str], env: Mapping[str, str], slot: InHandSlot, offer: socket.socket | None = None
+) -> Child:
+    """Start a worker in its own session with non-blocking pipes, offered ``slot``
+    (and, with ``offer``, the stage's template to fork: templates.py; our copy
+    of that socket end is closed here)."""
     assert slot.fd is not None
-    proc = start_child(argv, {**env, INHAND_ENV: str(slot.fd)}, (slot.fd,))
+    env = {**env, INHAND_ENV: str(slot.fd)}
+    fds: tuple[int, ...] = (slot.fd,)
+    if offer is not None:
+        env[TEMPLATE_OFFER_ENV] = str(offer.fileno())
+        fds += (offer.fileno(),)
+    try:
+        proc = start_child(argv, env, fds)
+    finally:
+        if offer is not None:
+            offer.close()
     own_ends(proc)
     return proc
 

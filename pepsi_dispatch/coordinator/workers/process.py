@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import struct
 import termios
 import time
@@ -156,15 +157,21 @@ class Life(enum.Enum):
     KILLED = 3
 
 
-def _start(argv: list[str], env: Mapping[str, str], slot: InHandSlot, fork: Fork | None) -> Child:
-    """Exec ``argv``, or fork through a template, offering ``slot``; the slot is
-    closed if the start fails."""
+def _start(
+    argv: list[str],
+    env: Mapping[str, str],
+    slot: InHandSlot,
+    fork: Fork | None,
+    offer: socket.socket | None,
+) -> Child:
+    """Exec ``argv`` (offered the template's socket ``offer``, if any), or fork
+    through a template, offering ``slot``; the slot is closed if the start fails."""
     try:
         if fork is not None:
             proc = fork(slot)
             own_ends(proc)
         else:
-            proc = start_worker(argv, env, slot)
+            proc = start_worker(argv, env, slot, offer)
     except BaseException:
         slot.close()
         raise
@@ -183,12 +190,13 @@ class WorkerProcess:
         env: Mapping[str, str],
         generation: int,
         fork: Fork | None = None,
+        offer: socket.socket | None = None,
     ) -> None:
-        """Start the child (through ``fork``, a stage's template, when given).
-        Raises OSError (e.g. FileNotFoundError) if it cannot start."""
+        """Start the child (forked by a template: ``fork``; exec'd, maybe
+        ``offer``ed the template to fork). OSError if it cannot start."""
         #: where the worker names the message whose handler runs (inhand.py)
         self.slot = InHandSlot()
-        self.proc: Child = _start(worker_argv(program, config_file), env, self.slot, fork)
+        self.proc: Child = _start(worker_argv(program, config_file), env, self.slot, fork, offer)
         self.pid: int = self.proc.pid
         #: forked by the stage's template (templates.py), not exec'd
         self.forked = fork is not None
@@ -206,9 +214,7 @@ class WorkerProcess:
         self.undelivered: list[int] = []
         #: bytes written to stdin in its life; whether it has read any of them yet;
         #: when it was first given ids (the start-up watchdog counts from there).
-        self.written = 0
-        self.reading = False
-        self.first_given = 0.0
+        self.written, self.reading, self.first_given = 0, False, 0.0
         #: bytes not yet accepted by the stdin pipe (normally empty).
         self.outbuf = b""
         #: monotonic time the head-of-line id reached the head.

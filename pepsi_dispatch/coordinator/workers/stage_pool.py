@@ -22,6 +22,8 @@ claimed ids go. Its invariants:
 from __future__ import annotations
 
 import logging
+import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +41,11 @@ COOLDOWN_FIRST = 1.0
 COOLDOWN_MAX = 60.0
 #: Assumed start-up time of a worker (spawn to first answer) until one is measured.
 STARTUP_GUESS = 0.5
+
+
+#: How long an offered template may take to greet before the stage starts one
+#: by exec instead, once a worker said its program can be one (seconds).
+OFFER_GRACE = 2.0
 
 
 class StagePool:
@@ -72,6 +79,8 @@ class StagePool:
         #: they can have one; tried at most once per pool (a reload makes a new pool).
         self.template: TemplateProcess | None = None
         self.template_tried = False
+        #: when the template was last offered to an exec'd worker (monotonic)
+        self.offered_at = 0.0
 
     # -- numbers --------------------------------------------------------------
     @property
@@ -254,9 +263,28 @@ class StagePool:
         self.spawned_at.pop(w.pid, None)
 
     # -- template ----------------------------------------------------------------
+    def template_offer(self) -> socket.socket | None:
+        """The socket end to offer the worker about to be exec'd, so it can fork
+        the stage's template from itself (templates.py); None while the stage
+        has a template, is offering one, or has tried one."""
+        if self.template is not None or self.template_tried:
+            return None
+        self.template, theirs = TemplateProcess.offer()
+        self.offered_at = time.monotonic()
+        return theirs
+
     def start_template(self, argv: list[str], env: Mapping[str, str]) -> None:
         """Start the stage's template (once per pool); new workers are forked by
-        it once it is ready, exec'd until then."""
+        it once it is ready, exec'd until then. Nothing when a worker's template
+        serves already; an offer still not taken is withdrawn first (a program
+        that can be a template but does not take offers)."""
+        if self._template_ready():
+            return
+        if self.template is not None:
+            if time.monotonic() - self.offered_at < OFFER_GRACE:
+                return  # the worker forks it before it connects: its greeting is on the way
+            self.template.close()
+            self.template = None
         self.template_tried = True
         try:
             self.template = TemplateProcess(argv, env)
@@ -267,11 +295,34 @@ class StagePool:
 
     def template_fork(self) -> Fork | None:
         """How to fork a worker through the template, if it is ready."""
-        if self.template is not None and self.template.ready():
+        if self._template_ready():
+            assert self.template is not None
             return self.template.fork
-        if self.template is not None and self.template.sock.fileno() < 0:
-            self.template_failed("it did not say ready")
         return None
+
+    def _template_ready(self) -> bool:
+        """Is the template ready to fork (never blocks)? An offer a worker took
+        becomes the stage's template (logged); one not taken whose worker is
+        gone is dropped quietly, a template that failed is ended."""
+        template = self.template
+        if template is None:
+            return False
+        offered = template.offered
+        if template.ready():
+            if offered:
+                self.template_tried = True
+                log.info(
+                    "stage %s: template process pid %d forked by the stage's first worker",
+                    self.name,
+                    template.pid,
+                )
+            return True
+        if template.sock.fileno() < 0:
+            if offered:  # not taken (not an SDK program), or its worker is gone
+                self.template = None
+            else:
+                self.template_failed("it did not say ready")
+        return False
 
     def template_failed(self, why: object) -> None:
         """The template could not fork a worker: end it, exec workers from now on."""

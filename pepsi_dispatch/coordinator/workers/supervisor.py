@@ -244,15 +244,21 @@ class Supervisor:
             pool.template_failed(exc)
             return None
 
-    def start_template(self, pool: StagePool, w: WorkerProcess) -> None:
-        """``w`` says its program can be a template: start one for its stage
-        (needs us to be a child subreaper, so forked workers become ours)."""
+    def _may_template(self) -> bool:
+        """Templates need us to be a child subreaper (so forked workers become
+        ours), and none starts while we stop."""
         if self._subreaper is None:
             self._subreaper = is_subreaper()
-        pool.template_tried = True
-        if self._subreaper and not self.shutting_down:
-            argv = worker_argv(pool.config.program, self.dispatch_config.config_file)
-            pool.start_template(argv, self._env(pool))
+        return self._subreaper and not self.shutting_down
+
+    def start_template(self, pool: StagePool, w: WorkerProcess) -> None:
+        """``w`` says its program can be a template: start one for its stage,
+        unless the worker forked one itself (``StagePool.template_offer``)."""
+        if not self._may_template():
+            pool.template_tried = True
+            return
+        argv = worker_argv(pool.config.program, self.dispatch_config.config_file)
+        pool.start_template(argv, self._env(pool))
 
     def spawn(
         self, pool: StagePool, now: float, spare: bool = False, warm: bool = False
@@ -269,6 +275,7 @@ class Supervisor:
                 self.dispatch_config.config_file,
                 env,
                 pool.generation,
+                offer=pool.template_offer() if self._may_template() else None,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM

@@ -12,6 +12,14 @@ re-parented to the dispatcher (a child subreaper): it is our child like an
 exec'd one, leads its own session and dies with the dispatcher (it sets
 PDEATHSIG once we are its parent). The protocol is the SDK's (sdk/template.py).
 
+Before that, a stage with no template offers one to each worker it execs
+(:meth:`TemplateProcess.offer`, ``PEPSI_TEMPLATE_OFFER_FD``): an SDK worker
+forks the template from itself before it connects, so the template is ready
+with the stage's first worker instead of one interpreter start later, when
+the workers are busy. It is adopted like a forked worker and greets with
+``ready PID``. An offer nobody takes (a program that is not the SDK's) ends
+quietly with its worker.
+
 Anything wrong with a template (it does not answer, dies, refuses) ends it;
 the stage then starts its workers by exec again, as before.
 """
@@ -21,7 +29,9 @@ from __future__ import annotations
 import logging
 import os
 import select
+import signal
 import socket
+import subprocess
 from collections.abc import Mapping
 from typing import IO
 
@@ -74,6 +84,30 @@ class ForkedChild:
         return self.returncode
 
 
+class AdoptedTemplate:
+    """A template a worker forked from itself, re-parented to us: what
+    :meth:`TemplateProcess.close` needs of its process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped as an orphan already
+                self.returncode = -9
+        return self.returncode
+
+
 class TemplateProcess:
     """The dispatcher's end of one stage's template."""
 
@@ -81,7 +115,7 @@ class TemplateProcess:
         """Start it (OSError if it cannot start); it is ready once it said so."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = start_child(
+            self.proc: subprocess.Popen[bytes] | AdoptedTemplate | None = start_child(
                 argv, {**env, TEMPLATE_ENV: str(theirs.fileno())}, (theirs.fileno(),), pipes=False
             )
         except BaseException:
@@ -89,9 +123,24 @@ class TemplateProcess:
             raise
         finally:
             theirs.close()
-        self.pid = self.proc.pid
+        self.pid: int | None = self.proc.pid
         self.sock = mine
         self._ready = False
+
+    @classmethod
+    def offer(cls) -> tuple[TemplateProcess, socket.socket]:
+        """A template to offer an exec'd worker: ours, and the socket end the
+        worker gets (named by ``PEPSI_TEMPLATE_OFFER_FD``; close it once the
+        worker is started). It has no process until it says ``ready PID``."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        template = cls.__new__(cls)
+        template.proc, template.pid, template.sock, template._ready = None, None, mine, False
+        return template, theirs
+
+    @property
+    def offered(self) -> bool:
+        """An offer no worker has taken (yet): no process of its own."""
+        return self.proc is None
 
     def ready(self) -> bool:
         """Has it said ``ready`` (never blocks)? False as well once it is closed."""
@@ -101,12 +150,24 @@ class TemplateProcess:
         if not readable:
             return False
         try:
-            self._ready = self.sock.recv(64) == b"ready"
+            greeting = self.sock.recv(64)
         except OSError:
-            self._ready = False
+            greeting = b""
+        self._ready = self._greeted(greeting)
         if not self._ready:
             self.close()
         return self._ready
+
+    def _greeted(self, greeting: bytes) -> bool:
+        """``ready``, or from a template a worker forked, ``ready PID``."""
+        if self.proc is not None:
+            return greeting == b"ready"
+        word, _, pid = greeting.partition(b" ")
+        if word != b"ready" or not pid.isdigit():
+            return False
+        self.pid = int(pid)
+        self.proc = AdoptedTemplate(self.pid)
+        return True
 
     def fork(self, slot: InHandSlot) -> ForkedChild:
         """A new worker with fresh pipes and ``slot``; OSError if the template
@@ -133,7 +194,7 @@ class TemplateProcess:
     def close(self) -> None:
         """End it (it holds nothing) and reap it."""
         self.sock.close()
-        if self.proc.returncode is None:
+        if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
             self.proc.wait()
 
@@ -146,4 +207,4 @@ def _close(fds: tuple[int, ...]) -> None:
             pass
 
 
-__all__ = ["ForkedChild", "TemplateProcess"]
+__all__ = ["AdoptedTemplate", "ForkedChild", "TemplateProcess"]

@@ -108,6 +108,9 @@ def test_packing_idle_reap_and_recycle(h: Harness) -> None:
         per_pid[r.pid] = per_pid.get(r.pid, 0) + 1
     assert max(per_pid.values()) <= 5, per_pid
     assert sum(per_pid.values()) == 16
+    # a program that is not the SDK's ignores the template offered to its
+    # workers: they are exec'd each time, and nothing about a template is said
+    assert "template" not in d.log(), d.log()
     assert d.terminate() == 0
 
 
