@@ -64,7 +64,7 @@ from __future__ import annotations
 # Public constants of this module before the split, still importable from here.
 from pepsi_dispatch.sdk.connection import EX_TEMPFAIL as EX_TEMPFAIL
 from pepsi_dispatch.sdk.connection import RECONNECT_TIMEOUT as RECONNECT_TIMEOUT
-from pepsi_dispatch.sdk.entry import run
+from pepsi_dispatch.sdk.entry import leave, run
 from pepsi_dispatch.sdk.message import (
     Advance,
     Fail,
@@ -86,5 +86,6 @@ __all__ = [
     "Pause",
     "Transition",
     "fork_point",
+    "leave",
     "run",
 ]

@@ -265,7 +265,9 @@ def leave(status: int) -> None:
     object, which writes to each of them: in a worker forked from its stage's
     template that copies nearly every page shared with the template, about
     30 ms of CPU per recycled worker, for nothing (multiprocessing's forked
-    children end the same way). The worker's connection is closed by then.
+    children end the same way). ``run()`` ends this way; a program that speaks
+    the protocol itself and calls ``fork_point()`` should too, after closing
+    its connection.
     """
     main_thread = threading.main_thread()
     for thread in threading.enumerate():

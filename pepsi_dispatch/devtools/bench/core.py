@@ -99,7 +99,7 @@ RAW_FORK_WORKER = """#!{python}
 # The minimal protocol worker above, started by fork from a template after its imports.
 import os, select, sys
 import psycopg
-from pepsi_dispatch.worker import fork_point
+from pepsi_dispatch.worker import fork_point, leave
 
 fork_point()
 
@@ -131,6 +131,8 @@ while True:
     else:
         conn.execute(sql, (stage, did, ids))
     os.write(1, b"0\\n" * len(ids))
+conn.close()
+leave(0)  # a forked worker: no interpreter teardown (see WORKERS.md)
 """
 
 

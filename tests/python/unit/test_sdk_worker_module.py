@@ -18,9 +18,11 @@ def test_worker_module_is_the_stable_public_path() -> None:
         "Pause",
         "Transition",
         "fork_point",
+        "leave",
         "run",
     ]
     assert worker.run is entry.run and worker.Message is message.Message
+    assert worker.leave is entry.leave
     assert worker.fork_point is template.fork_point
     assert (worker.EX_TEMPFAIL, worker.MAX_REASON) == (75, 2000)
     assert worker.RECONNECT_TIMEOUT > 0
@@ -56,3 +58,39 @@ def test_fork_point_without_a_slot_does_nothing(monkeypatch) -> None:
     monkeypatch.delenv(INHAND_ENV, raising=False)
     monkeypatch.delenv(TEMPLATE_ENV, raising=False)
     template.fork_point()  # returns; nothing to announce to
+
+
+LEAVING = """
+import atexit, sys, threading, time
+from pepsi_dispatch.worker import leave
+atexit.register(lambda: print("atexit ran", file=sys.stderr, flush=True))
+def late():
+    time.sleep(0.2)
+    print("thread finished", file=sys.stderr, flush=True)
+threading.Thread(target=late).start()
+sys.stdout.write("buffered, no newline")  # flushed by leave, not lost
+leave(3)
+print("never")
+"""
+
+
+def test_leave_waits_for_threads_runs_atexit_flushes_and_keeps_the_status() -> None:
+    """leave() skips only the interpreter's teardown: the program's own threads,
+    its atexit functions and buffered output are not lost, and the status is kept."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", LEAVING], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert r.returncode == 3, r
+    assert r.stdout == "buffered, no newline", r.stdout
+    assert r.stderr.index("thread finished") < r.stderr.index("atexit ran"), r.stderr
+
+
+def test_a_handlers_sys_exit_keeps_its_status() -> None:
+    from pepsi_dispatch.sdk.entry import _exit_status
+
+    assert _exit_status(None) == 0
+    assert _exit_status(4) == 4
+    assert _exit_status("bye") == 1  # sys.exit("text"): printed, status 1

@@ -15,7 +15,7 @@ import time
 
 import psycopg
 
-from pepsi_dispatch.worker import fork_point
+from pepsi_dispatch.worker import fork_point, leave
 
 fork_point()  # the template never returns from here; forked workers go on
 
@@ -49,3 +49,5 @@ while True:
     )
     log([f"END {i} {pid} {stage} {time.time_ns()}\n" for i in ids])
     os.write(1, b"0\n" * len(ids))
+conn.close()
+leave(0)
