@@ -174,7 +174,8 @@ class GroupBatch:
         """Send what is deferred and commit the batch (one round trip when the
         transaction has not begun: BEGIN, the statements and COMMIT in one pipeline;
         then the rows of :attr:`read_ahead` are loaded in the same round trip, just
-        before the COMMIT, and kept in :attr:`ahead_rows`)."""
+        before the COMMIT, and kept in :attr:`ahead_rows`; when the statements are
+        one statement and nothing is read ahead, that statement alone)."""
         if self._tx is None:
             self._send_all(bracket=True)
             return
@@ -216,11 +217,19 @@ class GroupBatch:
         deferred, self.deferred = self.deferred, []
         if not deferred:
             return
+        groups = plan_flush(deferred)
         try:
+            if bracket and len(groups) == 1 and not self.read_ahead:
+                # One statement is a transaction of its own in autocommit: no
+                # BEGIN, COMMIT or pipeline needed (a batch of no-op handlers that
+                # all finish, say: one set-based call, one round trip, one commit).
+                kind, items = groups[0]
+                self.note_results(items, self._send(kind, items)())
+                return
             with self.conn.pipeline():
                 if bracket:
                     self.conn.execute("BEGIN")
-                sent = [(self._send(kind, items), items) for kind, items in plan_flush(deferred)]
+                sent = [(self._send(kind, items), items) for kind, items in groups]
                 ahead = None
                 if bracket and self.read_ahead:
                     # Inside the transaction: a row of this batch reads as it commits.

@@ -250,7 +250,9 @@ def test_group_scope_defers_until_a_level_opens_then_flushes_first() -> None:
     assert conn.log[-1] == "commit"
 
 
-def test_group_batch_without_savepoints_commits_in_one_pipeline() -> None:
+def test_group_batch_of_one_statement_sends_it_alone() -> None:
+    """Handlers that all finish become one set-based statement: in autocommit it
+    is a transaction of its own, sent without BEGIN, COMMIT or a pipeline."""
     conn = FakeConn()
     batch = GroupBatch(conn)
     for slot, message_id in enumerate((1, 2)):
@@ -258,13 +260,50 @@ def test_group_batch_without_savepoints_commits_in_one_pipeline() -> None:
         Scope(conn, CommitMode.GROUP, batch).write(stmt("finish", message_id), Role.LAST)
     assert conn.log == []
     batch.commit()
+    assert conn.log == [(FINISH_MANY, ([1, 2], "a", None))]
+    assert batch.lost == {}
+
+
+def test_group_batch_of_one_statement_that_changed_nothing_notes_the_lost_row() -> None:
+    conn = FakeConn(result=False)
+    batch = GroupBatch(conn)
+    batch.defer(stmt("finish", 7))
+    batch.commit()
+    assert batch.lost == {0: "lost 7"}
+
+
+def test_group_batch_without_savepoints_commits_in_one_pipeline() -> None:
+    """Several statements (a state patch and the transitions) go in one pipeline
+    between BEGIN and COMMIT: one round trip, all or nothing."""
+    conn = FakeConn()
+    batch = GroupBatch(conn)
+    for slot, message_id in enumerate((1, 2)):
+        batch.slot = slot
+        scope = Scope(conn, CommitMode.GROUP, batch)
+        if message_id == 1:
+            scope.write(stmt("set_state", message_id), Role.STEP)
+        scope.write(stmt("finish", message_id), Role.LAST)
+    batch.commit()
     assert conn.log == [
         "pipeline",
         ("BEGIN", None),
-        (FINISH_MANY, ([1, 2], "a", None)),
+        (SINGLE["finish"], (2, "a", None)),  # grouped by the place in the message
+        (SINGLE["set_state"], (1, "a", None)),
+        (SINGLE["finish"], (1, "a", None)),
         ("COMMIT", None),
         "sync",
     ]
+
+
+def test_group_batch_reading_ahead_commits_in_one_pipeline() -> None:
+    """The next batch's rows are read inside the transaction, before its COMMIT."""
+    conn = FakeConn()
+    batch = GroupBatch(conn)
+    batch.defer(stmt("finish", 1))
+    batch.read_ahead = [5, 6]
+    batch.commit()
+    assert conn.log[:3] == ["pipeline", ("BEGIN", None), (SINGLE["finish"], (1, "a", None))]
+    assert conn.log[-2:] == [("COMMIT", None), "sync"]
 
 
 def test_group_batch_that_fails_in_its_pipeline_rolls_back_and_fails_the_batch() -> None:
@@ -278,10 +317,25 @@ def test_group_batch_that_fails_in_its_pipeline_rolls_back_and_fails_the_batch()
 
     conn = Failing()
     batch = GroupBatch(conn)
+    batch.defer(stmt("set_state", 1))
     batch.defer(stmt("finish", 1))
     with pytest.raises(BatchFailed, match="boom"):
         batch.commit()
     assert conn.log[-1] == ("ROLLBACK", None)  # the BEGIN of the pipeline is undone
+
+
+def test_group_batch_whose_one_statement_fails_fails_the_batch() -> None:
+    class Failing(FakeConn):
+        def execute(self, sql: str, params: object = None) -> object:
+            self.log.append((sql, params))
+            raise psycopg.errors.DivisionByZero("boom")
+
+    conn = Failing()
+    batch = GroupBatch(conn)
+    batch.defer(stmt("finish", 1))
+    with pytest.raises(BatchFailed, match="boom"):
+        batch.commit()
+    assert conn.log == [(SINGLE["finish"], (1, "a", None))]  # nothing to roll back
 
 
 def test_group_scope_needs_its_batch() -> None:
