@@ -163,8 +163,8 @@ class TemplateProcess:
         if self.proc is not None:
             return greeting == b"ready"
         word, _, pid = greeting.partition(b" ")
-        if word != b"ready" or not pid.isdigit():
-            return False
+        if word != b"ready" or not pid.isdigit() or _parent_of(int(pid)) != os.getpid():
+            return False  # only a child of ours is ever signalled or waited for
         self.pid = int(pid)
         self.proc = AdoptedTemplate(self.pid)
         return True
@@ -197,6 +197,18 @@ class TemplateProcess:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of process ``pid`` (None if there is no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # pid (comm) state ppid ...: comm may hold spaces and parentheses
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _close(fds: tuple[int, ...]) -> None:
