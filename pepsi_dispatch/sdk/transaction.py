@@ -318,7 +318,7 @@ class Scope:
         Raises :class:`RowLost` when it changed nothing. A deferred statement is
         checked when the batch is flushed (:attr:`GroupBatch.lost`).
         """
-        mode = call_mode(self.mode, self.depth, role)
+        mode = call_mode(self.mode, len(self._levels), role)
         if mode is CallMode.DEFERRED:
             assert self.batch is not None
             self.batch.defer(statement)
