@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from .adapters import Ids
 from .pipe import parse_id
 
 __all__ = [
@@ -99,7 +100,7 @@ def load_batch(
     parsed here if not given)."""
     if ids is None:
         ids = parse_ids(lines)
-    wanted = [i for i in ids if i is not None]
+    wanted = Ids(i for i in ids if i is not None)
     rows: dict[int, tuple[Any, ...]] = {}
     if wanted:
         rows = {row[0]: row for row in conn.execute(GET_MESSAGES, (wanted,)).fetchall()}

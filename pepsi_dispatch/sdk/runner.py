@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from .adapters import Ids
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
@@ -274,7 +275,7 @@ class StageRunner:
             return
         self._ahead_lines = self.reader.ready()
         self._ahead_line_ids = parse_ids(self._ahead_lines)
-        ids = [i for i in self._ahead_line_ids if i is not None]
+        ids = Ids(i for i in self._ahead_line_ids if i is not None)
         self._ahead_ids = set(ids)
         batch.read_ahead = ids
 

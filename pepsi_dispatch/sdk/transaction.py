@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from .adapters import Ids
 from .ahead import ReadAhead
 from .loading import GET_MESSAGES
 from .pipe import exc_reason
@@ -116,13 +117,14 @@ def one_call_params(items: list[Deferred]) -> tuple[Any, ...] | None:
 
     Their first parameter is the row's id, the others (stage, target stage,
     dispatcher) must be the same in all of them; the call takes the ids as an
-    array and each other parameter once. It does not apply to an id named
-    twice: that row would change once, and both statements would read as done.
+    array (:class:`~.adapters.Ids`) and each other parameter once. It does not
+    apply to an id named twice: that row would change once, and both statements
+    would read as done.
     """
     ids, *others = columns(items)
     if len(set(ids)) != len(ids) or any(len(set(c)) != 1 for c in others):
         return None
-    return (ids, *(c[0] for c in others))
+    return (Ids(ids), *(c[0] for c in others))
 
 
 #: kind -> the set-based statement for a group of that kind (its parameters:

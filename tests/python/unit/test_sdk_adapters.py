@@ -1,4 +1,4 @@
-"""Unit tests of the SDK (no database): the fast jsonb loader returns what psycopg's does."""
+"""Unit tests of the SDK (no database): the fast adapters give what psycopg's give."""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ from typing import Any
 
 import pytest
 from psycopg import adapters
-from psycopg.adapt import AdaptersMap
+from psycopg.adapt import AdaptersMap, PyFormat
 from psycopg.pq import Format
 from psycopg.types.json import JsonbLoader, set_json_loads
 
-from pepsi_dispatch.sdk.jsonb import FastJsonbLoader, use_fast_jsonb
+from pepsi_dispatch.sdk.adapters import (
+    FastJsonbLoader,
+    Ids,
+    IdsDumper,
+    use_fast_adapters,
+    use_fast_jsonb,
+)
 
 JSONB = adapters.types["jsonb"].oid
 
@@ -97,3 +103,21 @@ def test_not_registered_where_it_could_differ() -> None:
         assert not use_fast_jsonb(conn)
     finally:
         set_json_loads(json.loads)
+
+
+def test_ids_are_dumped_as_the_text_of_one_bigint_array() -> None:
+    dumper = IdsDumper(Ids)
+    assert dumper.oid == adapters.types["int8"].array_oid
+    assert dumper.dump(Ids([1, 22, 2**62])) == b"{1,22,4611686018427387904}"
+    assert dumper.dump(Ids([])) == b"{}"
+    assert Ids([1, 2]) == [1, 2]  # still a list where no dumper is registered
+    with pytest.raises(TypeError):
+        dumper.dump(Ids(["1; drop"]))  # type: ignore[list-item]
+
+
+def test_fast_adapters_register_the_ids_dumper_on_that_connection_only() -> None:
+    conn = fake_conn()
+    use_fast_adapters(conn)
+    assert conn.adapters.get_dumper(Ids, PyFormat.TEXT) is IdsDumper
+    assert conn.adapters.get_loader(JSONB, Format.TEXT) is FastJsonbLoader
+    assert adapters.get_dumper(Ids, PyFormat.TEXT) is not IdsDumper
