@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import pq
@@ -139,9 +139,8 @@ class _Pass:
         self.retries = 0
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What one handler's result asks for."""
+class _Step(NamedTuple):
+    """What one handler's result asks for (a tuple: made once per handler call)."""
 
     transition: Transition
     patch_json: str | None

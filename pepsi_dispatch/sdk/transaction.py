@@ -13,9 +13,8 @@ pipeline before the commit (:class:`GroupBatch`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -83,9 +82,11 @@ def call_mode(commit: CommitMode, depth: int, role: Role) -> CallMode:
     return CallMode.IN_TRANSACTION
 
 
-@dataclass(frozen=True)
-class Deferred:
-    """A statement waiting for the batch's pipeline; ``slot``: its message's place in the batch."""
+class Deferred(NamedTuple):
+    """A statement waiting for the batch's pipeline; ``slot``: its message's place in the batch.
+
+    (A tuple, not a frozen dataclass: one is made per message, and a tuple is
+    made faster.)"""
 
     statement: Statement
     slot: int
