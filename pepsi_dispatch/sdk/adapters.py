@@ -7,8 +7,9 @@ PostgreSQL sends jsonb as text in the client encoding, and its text never
 starts with a byte order mark or holds a NUL, so that guess is always UTF-8 on
 a UTF-8 connection. :class:`FastJsonbLoader` decodes the
 bytes as UTF-8 itself (with the same error handler) and parses the text with
-the decoder ``json.loads`` uses; an empty object (the usual state) is not
-parsed at all. It is registered (:func:`use_fast_jsonb`) only where it returns
+the decoder ``json.loads`` uses (its ``raw_decode``, falling back on
+``decode`` unless the text is exactly one value); an empty object (the usual
+state) is not parsed at all. It is registered (:func:`use_fast_jsonb`) only where it returns
 exactly what the default would: a UTF-8 connection whose jsonb loader is
 psycopg's own, with the default ``json.loads``.
 
@@ -32,7 +33,9 @@ from psycopg.types.json import JsonbLoader
 __all__ = ["FastJsonbLoader", "Ids", "IdsDumper", "use_fast_adapters", "use_fast_jsonb"]
 
 #: The decoder ``json.loads`` uses for text when given no options.
-_decode = json.JSONDecoder().decode
+_DECODER = json.JSONDecoder()
+_decode = _DECODER.decode
+_raw_decode = _DECODER.raw_decode
 
 
 class FastJsonbLoader(Loader):
@@ -41,7 +44,16 @@ class FastJsonbLoader(Loader):
     def load(self, data: Any) -> Any:
         if data == b"{}":
             return {}
-        return _decode(str(data, "utf-8", "surrogatepass"))
+        text = str(data, "utf-8", "surrogatepass")
+        # decode() is raw_decode() after and before skipping whitespace, which
+        # PostgreSQL's jsonb text has none of: without it, raw_decode() alone.
+        try:
+            value, end = _raw_decode(text)
+        except ValueError:
+            return _decode(text)  # leading whitespace, or bad text: decode() tells
+        if end != len(text):
+            return _decode(text)  # trailing whitespace or extra data: the same
+        return value
 
 
 class Ids(list[int]):

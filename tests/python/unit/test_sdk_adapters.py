@@ -36,6 +36,8 @@ SAMPLES = [
     b"3.5",
     b"true",
     b"null",
+    b' {"padded": [1, 2]} \n',  # never sent by PostgreSQL: whitespace around a value
+    b"\t7",
 ]
 
 
@@ -72,11 +74,12 @@ def test_each_empty_object_is_a_new_dict() -> None:
 
 
 def test_bad_text_raises_as_psycopg_does() -> None:
-    for text in (b"{", b'{"a": \xff}'):
+    for text in (b"{", b'{"a": \xff}', b'{"a": 1} {"b": 2}', b"", b" ", b"[1,]"):
         with pytest.raises(ValueError) as expected:
             JsonbLoader(JSONB).load(text)
-        with pytest.raises(type(expected.value)):
+        with pytest.raises(type(expected.value)) as got:
             FastJsonbLoader(JSONB).load(text)
+        assert str(got.value) == str(expected.value)
 
 
 def fake_conn(encoding: str = "utf-8") -> Any:
