@@ -11,6 +11,7 @@ import psycopg
 
 from ..backoff import Backoff
 from ..contract import EX_TEMPFAIL
+from .adapters import use_fast_adapters
 
 __all__ = ["EX_TEMPFAIL", "RECONNECT_TIMEOUT", "Connect", "ConnectionHolder", "connector"]
 
@@ -22,10 +23,13 @@ Connect = Callable[[], psycopg.Connection]
 
 
 def connector(dsn: str, stage: str) -> Connect:
-    """How this stage's worker connects: autocommit, named after the stage."""
+    """How this stage's worker connects: autocommit, named after the stage, with
+    the SDK's faster adapters (:func:`~.adapters.use_fast_adapters`)."""
 
     def connect() -> psycopg.Connection:
-        return psycopg.connect(dsn, autocommit=True, application_name=f"pepsi-worker {stage}")
+        conn = psycopg.connect(dsn, autocommit=True, application_name=f"pepsi-worker {stage}")
+        use_fast_adapters(conn)
+        return conn
 
     return connect
 

@@ -11,9 +11,19 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from .adapters import Ids
 from .pipe import parse_id
 
-__all__ = ["GET_MESSAGES", "RELOAD", "Loaded", "distinct_runs", "load_batch", "loaded_lines"]
+__all__ = [
+    "GET_MESSAGES",
+    "RELOAD",
+    "Loaded",
+    "distinct_runs",
+    "load_batch",
+    "loaded_lines",
+    "parse_ids",
+    "split_runs",
+]
 
 
 class Loaded(NamedTuple):
@@ -35,13 +45,20 @@ GET_MESSAGES = (
 RELOAD: tuple[Any, ...] = ("reload",)
 
 
-def loaded_lines(lines: list[bytes], rows: dict[int, tuple[Any, ...]]) -> list[Loaded]:
-    """The lines with the rows of their ids (``rows``: loaded by id); a later copy
-    of an id gets :data:`RELOAD`, never the row read for the first."""
+def parse_ids(lines: list[bytes]) -> list[int | None]:
+    """The id on each line (None: garbage), parsed once for all that follows."""
+    return [parse_id(line) for line in lines]
+
+
+def loaded_lines(
+    lines: list[bytes], rows: dict[int, tuple[Any, ...]], ids: list[int | None] | None = None
+) -> list[Loaded]:
+    """The lines with the rows of their ids (``rows``: loaded by id; ``ids``: the
+    lines' :func:`parse_ids`, parsed here if not given); a later copy of an id
+    gets :data:`RELOAD`, never the row read for the first."""
     out = []
     seen: set[int] = set()
-    for line in lines:
-        i = parse_id(line)
+    for line, i in zip(lines, parse_ids(lines) if ids is None else ids, strict=True):
         if i is None:
             out.append(Loaded(line, None, None))
         elif i in seen:
@@ -52,26 +69,39 @@ def loaded_lines(lines: list[bytes], rows: dict[int, tuple[Any, ...]]) -> list[L
     return out
 
 
+def split_runs(
+    lines: list[bytes], ids: list[int | None]
+) -> list[tuple[list[bytes], list[int | None]]]:
+    """:func:`distinct_runs` of lines whose ids are parsed (``ids``), each run with its ids."""
+    runs: list[tuple[list[bytes], list[int | None]]] = [([], [])]
+    seen: set[int] = set()
+    for line, i in zip(lines, ids, strict=True):
+        if i is not None:
+            if i in seen:
+                runs.append(([], []))
+                seen = set()
+            seen.add(i)
+        run_lines, run_ids = runs[-1]
+        run_lines.append(line)
+        run_ids.append(i)
+    return [run for run in runs if run[0]]
+
+
 def distinct_runs(lines: list[bytes]) -> list[list[bytes]]:
     """The lines cut into runs in which no id comes twice (a run ends before a
     second copy), in order: each run can be loaded and committed as one batch."""
-    runs: list[list[bytes]] = [[]]
-    seen: set[int] = set()
-    for line in lines:
-        i = parse_id(line)
-        if i is not None and i in seen:
-            runs.append([])
-            seen = set()
-        if i is not None:
-            seen.add(i)
-        runs[-1].append(line)
-    return [run for run in runs if run]
+    return [run for run, _ in split_runs(lines, parse_ids(lines))]
 
 
-def load_batch(conn: psycopg.Connection, lines: list[bytes]) -> list[Loaded]:
-    """Parse the lines and load their rows in one round trip."""
-    wanted = [i for i in (parse_id(line) for line in lines) if i is not None]
+def load_batch(
+    conn: psycopg.Connection, lines: list[bytes], ids: list[int | None] | None = None
+) -> list[Loaded]:
+    """Load the lines' rows in one round trip (``ids``: their :func:`parse_ids`,
+    parsed here if not given)."""
+    if ids is None:
+        ids = parse_ids(lines)
+    wanted = Ids(i for i in ids if i is not None)
     rows: dict[int, tuple[Any, ...]] = {}
     if wanted:
         rows = {row[0]: row for row in conn.execute(GET_MESSAGES, (wanted,)).fetchall()}
-    return loaded_lines(lines, rows)
+    return loaded_lines(lines, rows, ids)

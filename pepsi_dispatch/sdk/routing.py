@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import pq
@@ -56,12 +56,19 @@ class StageGraph:
 
     successors: dict[str, tuple[str, ...]] | None
     config_name: str
+    #: stage -> what None means there, once worked out (transitions are immutable)
+    _defaults: dict[str, Transition] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def check(self, stage: str, result: Any) -> Transition:
         """The transition a handler's result means; :class:`Refused` when not allowed."""
-        allowed = None if self.successors is None else self.successors.get(stage)
         if result is None:
-            return self._default(stage, allowed)
+            default = self._defaults.get(stage)
+            if default is None:
+                default = self._defaults[stage] = self._default(stage, self._allowed(stage))
+            return default
+        allowed = self._allowed(stage)
         if isinstance(result, (Finish, Pause, Fail)):
             return result
         if isinstance(result, Advance):
@@ -71,6 +78,9 @@ class StageGraph:
             f"handler of stage {stage} returned {type(result).__name__}, not a transition;"
             " return Advance, Finish, Pause, Fail or None"
         )
+
+    def _allowed(self, stage: str) -> tuple[str, ...] | None:
+        return None if self.successors is None else self.successors.get(stage)
 
     def _default(self, stage: str, allowed: tuple[str, ...] | None) -> Transition:
         if allowed is None:
@@ -129,9 +139,8 @@ class _Pass:
         self.retries = 0
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What one handler's result asks for."""
+class _Step(NamedTuple):
+    """What one handler's result asks for (a tuple: made once per handler call)."""
 
     transition: Transition
     patch_json: str | None
@@ -245,40 +254,46 @@ class HandlerDispatch:
     def _run_handler(self, run: _Pass, scope: Scope) -> _Step | str:
         """Call the handler of the current stage: its step, or the answer when it failed."""
         base = scope.depth
+        path = run.path
+        stage = path[-1]
         original = copy.deepcopy(run.state) if run.state else {}  # nested values may be mutated
+        fused_from = tuple(path[:-1]) if len(path) > 1 else ()
+        access = HandlerScope(scope)
         msg = Message(
-            id=run.message_id,
-            stage=run.stage,
-            payload=run.payload,
-            state=run.state,
-            retries=run.retries,
-            fused_from=tuple(run.path[:-1]),
-            _scope=HandlerScope(scope),
+            run.message_id, stage, run.payload, run.state, run.retries, fused_from, access
         )
-        try:
-            return self._call_handler(run, msg, original)
+        try:  # everything up to the step: what raises here fails the message
+            handler = self.handlers.get(stage)
+            if handler is None:
+                raise LookupError(f"this program has no handler for stage {stage}")
+            saved = sys.stdout
+            try:
+                result = handler(msg)
+            finally:
+                sys.stdout = saved
+            return self._step(run, stage, self.graph.check(stage, result), original, msg.state)
         except Exception as exc:  # the handler failed: this message fails, we live on
             return self._handler_failed(run, exc, scope, base)
 
-    def _call_handler(self, run: _Pass, msg: Message, original: dict[str, Any]) -> _Step:
-        stage = run.stage
-        handler = self.handlers.get(stage)
-        if handler is None:
-            raise LookupError(f"this program has no handler for stage {stage}")
-        saved = sys.stdout
-        try:
-            result = handler(msg)
-        finally:
-            sys.stdout = saved
-        transition = self.graph.check(stage, result)
-        patch_json = state_patch(original, msg.state)
+    def _step(
+        self,
+        run: _Pass,
+        stage: str,
+        transition: Transition,
+        original: dict[str, Any],
+        state: dict[str, Any],
+    ) -> _Step:
+        """What a handler's (checked) result and its ``msg.state`` ask for."""
+        # An empty dict changed nothing (state_patch would say None); anything
+        # else, even an odd value put in msg.state, goes through state_patch.
+        patch_json = None if type(state) is dict and not state else state_patch(original, state)
         fuse_to = None
         final = None
         if isinstance(transition, Advance) and transition.fuse and transition.to in self.handlers:
             fuse_to = transition.to
         else:
             final = self.statements.transition(run.message_id, stage, transition, run.prefix)
-        run.state = msg.state
+        run.state = state
         return _Step(transition, patch_json, fuse_to, final)
 
     def _handler_failed(self, run: _Pass, exc: Exception, scope: Scope, base: int) -> str:

@@ -15,11 +15,12 @@ from typing import Any
 
 import psycopg
 
+from .adapters import Ids
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
-from .loading import RELOAD, Loaded, distinct_runs, load_batch, loaded_lines
-from .pipe import LineReader, one_line, parse_id, write_answers
+from .loading import RELOAD, Loaded, load_batch, loaded_lines, parse_ids, split_runs
+from .pipe import LineReader, one_line, write_answers
 from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
@@ -76,6 +77,7 @@ class StageRunner:
         #: group commit: id lines taken from stdin while a batch committed, and their
         #: rows if loaded in the commit's round trip; served before stdin is read again
         self._ahead_lines: list[bytes] = []
+        self._ahead_line_ids: list[int | None] = []  # their parse_ids
         self._ahead_rows: dict[int, tuple[Any, ...]] | None = None
         self._ahead_ids: set[int] = set()
 
@@ -115,10 +117,13 @@ class StageRunner:
         """
         try:
             while self.state is not RunnerState.STOPPING:
-                lines, self._ahead_lines = self._ahead_lines or self.reader.lines(), []
+                lines, ids = self._ahead_lines, self._ahead_line_ids
+                self._ahead_lines = []
+                if not lines:
+                    lines, ids = self.reader.lines(), None
                 if not lines:
                     return 0  # EOF
-                self._run_batch(lines)
+                self._run_batch(lines, ids)
         except _Stop:
             return 0
         except BatchFailed as exc:
@@ -129,24 +134,28 @@ class StageRunner:
             return 1
         return 0
 
-    def _run_batch(self, lines: list[bytes]) -> None:
-        """Process the lines. A group commit batch never holds one id twice: the
-        second copy starts the next batch, loaded after the first committed."""
+    def _run_batch(self, lines: list[bytes], ids: list[int | None] | None = None) -> None:
+        """Process the lines (``ids``: their :func:`~.loading.parse_ids`, if parsed).
+        A group commit batch never holds one id twice: the second copy starts the
+        next batch, loaded after the first committed."""
         if self.commit_mode is not CommitMode.GROUP:
             self._run_lines(lines)
             return
-        for run in distinct_runs(lines):
-            self._run_lines(run)
+        for run, run_ids in split_runs(lines, parse_ids(lines) if ids is None else ids):
+            self._run_lines(run, run_ids)
             if self.state is RunnerState.STOPPING:
                 return
 
-    def _run_lines(self, lines: list[bytes]) -> None:
-        """Process the lines; after a lost connection reconnect and redo what is unanswered."""
+    def _run_lines(self, lines: list[bytes], ids: list[int | None] | None = None) -> None:
+        """Process the lines; after a lost connection reconnect and redo what is unanswered.
+
+        ``ids`` (the lines' ids, if parsed) serve the first group only: what
+        is left after it is parsed again."""
         attempt = Attempt.FIRST
         while True:
             try:
                 if self.commit_mode is CommitMode.GROUP and len(lines) > 1:
-                    self._batch_group(lines, attempt)
+                    self._batch_group(lines, attempt, ids)
                 else:
                     self._batch_single(lines, attempt)  # removes the lines it answered
                 return
@@ -157,6 +166,7 @@ class StageRunner:
                 self._ahead_rows = None  # read before the loss: load again
                 self.connection.reconnect()
                 attempt = Attempt.REDO
+                ids = None
 
     def _batch_single(self, lines: list[bytes], attempt: Attempt) -> None:
         """Commit and answer one message at a time, removing its line when answered.
@@ -187,7 +197,9 @@ class StageRunner:
                     return
             todo = ahead.take(conn) if ahead is not None else []
 
-    def _batch_group(self, lines: list[bytes], attempt: Attempt) -> None:
+    def _batch_group(
+        self, lines: list[bytes], attempt: Attempt, ids: list[int | None] | None = None
+    ) -> None:
         """One transaction for the batch; statements of messages whose handler did not
         touch ``msg.db`` are deferred and sent together in one pipeline before the commit.
 
@@ -198,7 +210,7 @@ class StageRunner:
         message (its handler runs again, as after a lost connection)."""
         while lines:
             try:
-                done = self._group_once(lines, attempt)
+                done = self._group_once(lines, attempt, ids)
             except BatchFailed as exc:
                 print(
                     f"pepsi worker: {exc}; redoing its {len(lines)} messages one at a time",
@@ -208,15 +220,18 @@ class StageRunner:
                 return
             del lines[:done]  # answered: a redo after a lost connection skips them
             attempt = Attempt.FIRST
+            ids = None
             if self.state is RunnerState.STOPPING:
                 return
 
-    def _group_once(self, lines: list[bytes], attempt: Attempt) -> int:
+    def _group_once(
+        self, lines: list[bytes], attempt: Attempt, ids: list[int | None] | None = None
+    ) -> int:
         """One transaction for the first of ``lines`` (all of them, unless the
         handlers have run for :data:`GROUP_WINDOW`); how many were answered.
         Raises :class:`BatchFailed`, rolled back, when it cannot commit."""
         conn = self.connection.conn
-        loaded = self._load(conn, lines, attempt)
+        loaded = self._load(conn, lines, attempt, ids)
         batch = GroupBatch(conn, self.set_based)
         try:
             answers, ending = self._group_messages(loaded, batch, attempt)
@@ -234,15 +249,24 @@ class StageRunner:
             raise ending
         return len(answers)
 
-    def _load(self, conn: psycopg.Connection, lines: list[bytes], attempt: Attempt) -> list[Loaded]:
-        """The lines with their rows: read ahead with the last commit when every id
-        was (once, and not after a lost connection), else loaded now."""
+    def _load(
+        self,
+        conn: psycopg.Connection,
+        lines: list[bytes],
+        attempt: Attempt,
+        ids: list[int | None] | None = None,
+    ) -> list[Loaded]:
+        """The lines with their rows (``ids``: theirs, parsed here if not given):
+        read ahead with the last commit when every id was (once, and not after a
+        lost connection), else loaded now."""
+        if ids is None:
+            ids = parse_ids(lines)
         rows = self._ahead_rows
-        wanted = {i for i in (parse_id(line) for line in lines) if i is not None}
+        wanted = {i for i in ids if i is not None}
         if rows is not None and attempt is Attempt.FIRST and wanted <= self._ahead_ids:
             self._ahead_rows = None  # each row read ahead is used once
-            return loaded_lines(lines, rows)
-        return load_batch(conn, lines)
+            return loaded_lines(lines, rows, ids)
+        return load_batch(conn, lines, ids)
 
     def _read_ahead(self, batch: GroupBatch) -> None:
         """Take the id lines waiting on stdin (if none are taken yet), for the
@@ -250,7 +274,8 @@ class StageRunner:
         if self._ahead_lines:
             return
         self._ahead_lines = self.reader.ready()
-        ids = [i for i in (parse_id(line) for line in self._ahead_lines) if i is not None]
+        self._ahead_line_ids = parse_ids(self._ahead_lines)
+        ids = Ids(i for i in self._ahead_line_ids if i is not None)
         self._ahead_ids = set(ids)
         batch.read_ahead = ids
 

@@ -7,9 +7,8 @@ stage under that dispatcher.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
@@ -25,6 +24,7 @@ __all__ = [
     "SINGLE",
     "Statement",
     "Statements",
+    "lost_text",
 ]
 
 # Each call with the types of its parameters; below, the same call as one
@@ -80,22 +80,57 @@ SET_BASED_FUNCTIONS = {
 }
 
 
-@dataclass(frozen=True)
-class Statement:
+def lost_text(what: str, message_id: int, stage: str, dispatcher_id: int | None) -> str:
+    """The error of a ``what`` (``advance``, ``pause``, ...) that changed nothing."""
+    holder = f" under dispatcher {dispatcher_id}" if dispatcher_id is not None else ""
+    return (
+        f"{what} of message {message_id} changed nothing: it is no longer running at stage"
+        f" {stage}{holder} (the dispatcher may have timed it out or requeued it)"
+    )
+
+
+class Statement(NamedTuple):
     """One call of the SQL API about one message.
 
-    ``lost`` is the error to report when the call changes nothing (the row is no
-    longer ours).
+    :attr:`lost` is the error to report when the call changes nothing (the row
+    is no longer ours): ``given_lost`` as given, or else, for the statements
+    :class:`Statements` builds, formatted from ``what`` and the parameters when
+    it is asked for (rarely: only a lost row needs it). Statements are equal
+    when their kind, parameters and :attr:`lost` are. (An immutable tuple, not
+    a frozen dataclass: one or more is made per message, and a tuple is made
+    faster.)
     """
 
     kind: str
     params: tuple[Any, ...]
-    lost: str
+    given_lost: str | None = None
+    #: what the call is, as its error names it (``advance``, ``pause``, ...)
+    what: str = ""
 
     @property
     def message_id(self) -> int:
         """The message the call is about (its first parameter)."""
         return self.params[0]
+
+    @property
+    def lost(self) -> str:
+        """The error when the call changed nothing."""
+        if self.given_lost is not None:
+            return self.given_lost
+        params = self.params  # (message_id, stage, ..., dispatcher_id)
+        return lost_text(self.what, params[0], params[1], params[-1])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Statement):
+            return NotImplemented
+        return (self.kind, self.params, self.lost) == (other.kind, other.params, other.lost)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.params, self.lost))
 
 
 def _as_is(text: str) -> str:
@@ -111,15 +146,11 @@ class Statements:
 
     def lost(self, message_id: int, stage: str, what: str) -> str:
         """The error of a ``what`` that changed nothing."""
-        holder = f" under dispatcher {self.dispatcher_id}" if self.dispatcher_id is not None else ""
-        return (
-            f"{what} of message {message_id} changed nothing: it is no longer running at stage"
-            f" {stage}{holder} (the dispatcher may have timed it out or requeued it)"
-        )
+        return lost_text(what, message_id, stage, self.dispatcher_id)
 
     def _make(self, kind: str, what: str, message_id: int, stage: str, *args: Any) -> Statement:
-        params = (message_id, stage, *args, self.dispatcher_id)
-        return Statement(kind, params, self.lost(message_id, stage, what))
+        # The error text is formatted only if it is needed (Statement.lost).
+        return Statement(kind, (message_id, stage, *args, self.dispatcher_id), None, what)
 
     def fail(self, message_id: int, stage: str, reason: str) -> Statement:
         """Fail the message with ``reason`` (already one line)."""

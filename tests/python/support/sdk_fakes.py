@@ -141,7 +141,7 @@ class RowsConn(FakeConn):
         super().__init__(result)
         self.fail_ahead = fail_ahead
 
-    def execute(self, sql: str, params: Any) -> FakeCursor:
+    def execute(self, sql: str, params: Any = None) -> FakeCursor:
         if sql == GET_MESSAGES:
             self.log.append((sql, params))
             return FakeCursor([(i, "a", "running", {}, {}, 0) for i in params[0]])

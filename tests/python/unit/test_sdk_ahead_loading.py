@@ -109,3 +109,16 @@ def test_distinct_runs_cut_before_each_second_copy() -> None:
     lines = [b"1\n", b"2\n", b"x\n", b"1\n", b"3\n", b"3\n", b"x\n"]
     assert distinct_runs(lines) == [[b"1\n", b"2\n", b"x\n"], [b"1\n", b"3\n"], [b"3\n", b"x\n"]]
     assert distinct_runs([]) == []
+
+
+def test_split_runs_carry_the_ids_of_their_lines() -> None:
+    from pepsi_dispatch.sdk.loading import parse_ids, split_runs
+
+    lines = [b"1\n", b"2\n", b"x\n", b"1\n", b"3\n", b"3\n", b"x\n"]
+    runs = split_runs(lines, parse_ids(lines))
+    assert runs == [
+        ([b"1\n", b"2\n", b"x\n"], [1, 2, None]),
+        ([b"1\n", b"3\n"], [1, 3]),
+        ([b"3\n", b"x\n"], [3, None]),
+    ]
+    assert split_runs([], []) == []

@@ -77,3 +77,29 @@ def test_runner_serves_lines_read_ahead_in_turn_without_group_commit(mode: Commi
         assert os.read(answers_r, 100) == b"0\n" and runner.reader.lines() == [b"2"]
     for fd in (r, w, answers_r, answers_w):
         os.close(fd)
+
+
+def test_group_commit_parses_each_id_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ids parsed when a batch is cut into runs serve its loading too."""
+    from pepsi_dispatch.sdk import loading
+
+    parsed: list[bytes] = []
+    parse_id = loading.parse_id
+
+    def counting(line: bytes) -> int | None:
+        parsed.append(line)
+        return parse_id(line)
+
+    monkeypatch.setattr(loading, "parse_id", counting)
+    r, w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    conn = RowsConn()
+    dispatch = HandlerDispatch({"a": lambda msg: Finish()}, "a", GRAPH, Statements(None))
+    runner = StageRunner(dispatch, ConnectionHolder(conn), CommitMode.GROUP, answers_w, r)  # type: ignore[arg-type]
+    os.write(w, b"1\n2\nx\n3\n")
+    os.close(w)
+    assert runner.serve() == 0
+    assert os.read(answers_r, 100) == b"0\n0\n1 not a message id: x\n0\n"
+    assert sorted(parsed) == [b"1", b"2", b"3", b"x"]
+    for fd in (r, answers_r, answers_w):
+        os.close(fd)

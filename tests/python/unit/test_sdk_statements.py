@@ -41,3 +41,19 @@ def test_pause_needs_a_time(when: Any) -> None:
 def test_lost_names_the_dispatcher_only_when_known() -> None:
     assert "under dispatcher 4" in Statements(4).lost(1, "a", "finish")
     assert "under dispatcher" not in Statements(None).lost(1, "a", "finish")
+
+
+def test_lost_text_is_formatted_on_demand_with_the_same_words() -> None:
+    fenced = Statements(9).transition(7, "a", Advance("b"))
+    assert fenced.lost == (
+        "advance of message 7 changed nothing: it is no longer running at stage a under"
+        " dispatcher 9 (the dispatcher may have timed it out or requeued it)"
+    )
+    unfenced = Statements(None).transition(7, "a", Pause(1))
+    assert unfenced.lost == (
+        "pause of message 7 changed nothing: it is no longer running at stage a"
+        " (the dispatcher may have timed it out or requeued it)"
+    )
+    assert Statements(None).fail(7, "a", "why").lost.startswith("fail of message 7 ")
+    assert Statement("finish", (7, "a", None), "given").lost == "given"
+    assert fenced != Statement("advance", fenced.params, "another text")
