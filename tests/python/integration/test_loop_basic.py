@@ -861,3 +861,50 @@ def test_rows_advanced_out_of_id_order_are_all_claimed_at_the_next_stage(
     wait_for(lambda: counts(conn) == {"done": 40}, timeout=20, what="40 rows done")
     assert time.monotonic() - started < 20
     assert d.stop() == 0
+
+
+@pytest.mark.parametrize("competing", [False, True], ids=["single", "competing"])
+def test_answer_checks_and_claim_in_one_statement(
+    dsn: str, conn: psycopg.Connection, competing: bool
+) -> None:
+    """The usual busy wake -- answers to check and a claim -- is one statement:
+    the row answered 0 but left running is failed and reported, the row the
+    stage moved is untouched, and the claim takes the pending rows, lowest ids
+    first, in the same round trip."""
+    from pepsi_dispatch.coordinator.database.calls import Database
+
+    db = Database(dsn, competing)
+    db.connect()
+    try:
+        did = db.register()
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pepsi.enqueue('a', jsonb_build_object('n', g)) FROM generate_series(1, 5) g"
+            )
+        ]
+        left, moved = ids[0], ids[1]
+        conn.execute(
+            "UPDATE pepsi.workqueue SET status = 'running', dispatcher_id = %s"
+            " WHERE workqueue_id = ANY(%s)",
+            (did, [left, moved]),
+        )
+        assert conn.execute("SELECT pepsi.finish(%s, 'a', %s)", (moved, did)).fetchone()[0]
+        result = db.round_trip(did, [], [left, moved], None, (["a"], [2], None))
+        assert result.left_running == [(left, "a")]
+        assert result.claimed == [(ids[2], "a"), (ids[3], "a")]
+        status = dict(
+            conn.execute(
+                "SELECT workqueue_id, status FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+        )
+        assert status == {
+            left: "failed",
+            moved: "done",
+            ids[2]: "running",
+            ids[3]: "running",
+            ids[4]: "pending",
+        }
+    finally:
+        db.close()
