@@ -168,12 +168,8 @@ def accept_offer() -> Template | None:
     reads stdin: the template is this process as it is now, which is what the
     dispatcher would otherwise get from a second interpreter's start.
     """
-    text = os.environ.pop(TEMPLATE_OFFER_ENV, "")
-    if not text:
-        return None
-    try:
-        sock = socket.socket(fileno=int(text))
-    except (ValueError, OSError):
+    sock = _socket_from(TEMPLATE_OFFER_ENV)
+    if sock is None:
         return None
     dispatcher_pid = os.getppid()
     try:
@@ -211,14 +207,20 @@ def _close_all(fds: list[int]) -> None:
 def from_environment() -> Template | None:
     """The template the dispatcher asks for through ``PEPSI_TEMPLATE_FD``, or None
     (the variable is removed either way, so that workers do not see it)."""
-    text = os.environ.pop(TEMPLATE_ENV, "")
+    sock = _socket_from(TEMPLATE_ENV)
+    return None if sock is None else Template(sock, os.getppid())
+
+
+def _socket_from(variable: str) -> socket.socket | None:
+    """The socket whose descriptor the environment ``variable`` names (removed
+    either way, so that workers do not see it), or None."""
+    text = os.environ.pop(variable, "")
     if not text:
         return None
     try:
-        sock = socket.socket(fileno=int(text))
+        return socket.socket(fileno=int(text))
     except (ValueError, OSError):
         return None
-    return Template(sock, os.getppid())
 
 
 def serve_if_asked() -> int | None:
