@@ -93,22 +93,36 @@ def test_postgres_restart_under_load_loses_nothing(
         h.close()
 
 
-def crash_a_backend(dsn: str) -> None:
+#: The shared statistics' reset time: a crash restart renews it.
+STATS_RESET = "SELECT stats_reset::text FROM pg_stat_bgwriter"
+
+
+def crash_a_backend(dsn: str) -> str:
     """SIGKILL one server process: PostgreSQL then ends every session and
-    re-initialises (crash recovery) without a new postmaster."""
+    re-initialises (crash recovery) without a new postmaster. Returns the
+    statistics' reset time from before the crash (see connect_when_back)."""
     victim = psycopg.connect(dsn, autocommit=True)
+    before = victim.execute(STATS_RESET).fetchone()[0]  # type: ignore[index]
     os.kill(victim.info.backend_pid, signal.SIGKILL)
+    return before
 
 
-def connect_when_back(dsn: str) -> psycopg.Connection:
+def connect_when_back(dsn: str, before: str | None = None) -> psycopg.Connection:
+    """A connection once the server takes them again -- after its crash restart
+    when ``before`` (crash_a_backend's result) is given: a session opened before
+    the postmaster noticed the crash would be ended by the restart."""
     deadline = time.monotonic() + 60
     while True:
         try:
-            return psycopg.connect(dsn, autocommit=True)
+            conn = psycopg.connect(dsn, autocommit=True)
+            if before is None or conn.execute(STATS_RESET).fetchone()[0] != before:  # type: ignore[index]
+                return conn
+            conn.close()
         except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError("the server did not come back from its crash within 60 s")
+        time.sleep(0.1)
 
 
 def test_a_server_crash_stops_the_workers_and_every_message_runs_to_done_once(
@@ -126,8 +140,8 @@ def test_a_server_crash_stops_the_workers_and_every_message_runs_to_done_once(
         n = 300
         h.enqueue("a", [{"do": "sleep:0.01;next"} for _ in range(n)])
         wait_until(lambda: h.counts().get("done", 0) >= 30, 60, message="progress before the crash")
-        crash_a_backend(dsn)
-        h.conn = connect_when_back(dsn)
+        before = crash_a_backend(dsn)
+        h.conn = connect_when_back(dsn, before)
         wait_until(
             lambda: "database server restarted" in d.log(), 60, message="the restart noticed"
         )
@@ -136,8 +150,8 @@ def test_a_server_crash_stops_the_workers_and_every_message_runs_to_done_once(
         assert d.running(), d.tail()
         assert h.overlaps() == []
         # a second crash is noticed again (the new epoch was kept)
-        crash_a_backend(dsn)
-        h.conn = connect_when_back(dsn)
+        before = crash_a_backend(dsn)
+        h.conn = connect_when_back(dsn, before)
         more = h.enqueue("a", 10)
         h.wait_all("done", timeout=60, where=f"workqueue_id >= {more[0]}")
         assert d.log().count("database server restarted") == 2, d.tail()

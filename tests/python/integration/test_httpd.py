@@ -65,13 +65,17 @@ def test_metrics_real_scrape_matches_database(h: Harness, httpds: list[Httpd]) -
         stats = h.stage_stats()
         processed = m.get("pepsi_stage_processed", {})
         service = m.get("pepsi_dispatcher_service_seconds", {})
-        count_a = sum(
-            v for k, v in service.items() if k[0].endswith("_count") and ("stage", "a") in k
+        count_a, count_b = (
+            sum(v for k, v in service.items() if k[0].endswith("_count") and ("stage", s) in k)
+            for s in ("a", "b")
         )
+        # (the histograms ride on the heartbeat's gauges, which may come after
+        # the stats flush: wait for both stages' counts)
         if (
             stats.get("b", {}).get("processed") == 20
             and processed.get(("pepsi_stage_processed_total", ("stage", "b"))) == 20
             and count_a >= 23
+            and count_b >= 20
         ):
             return m
         return None
