@@ -95,10 +95,10 @@ class Statement(NamedTuple):
     :attr:`lost` is the error to report when the call changes nothing (the row
     is no longer ours): ``given_lost`` as given, or else, for the statements
     :class:`Statements` builds, formatted from ``what`` and the parameters when
-    it is asked for (rarely: only a lost row needs it). Statements are equal
-    when their kind, parameters and :attr:`lost` are. (An immutable tuple, not
-    a frozen dataclass: one or more is made per message, and a tuple is made
-    faster.)
+    it is asked for (rarely: only a lost row needs it). (An immutable tuple,
+    not a frozen dataclass: one or more is made per message, and a tuple is
+    made faster.) Compare statements by :meth:`key`, which includes the error
+    text however it is given.
     """
 
     kind: str
@@ -120,17 +120,11 @@ class Statement(NamedTuple):
         params = self.params  # (message_id, stage, ..., dispatcher_id)
         return lost_text(self.what, params[0], params[1], params[-1])
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Statement):
-            return NotImplemented
-        return (self.kind, self.params, self.lost) == (other.kind, other.params, other.lost)
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.params, self.lost))
+    def key(self) -> tuple[str, tuple[Any, ...], str]:
+        """What the statement does and says when lost: its kind, parameters
+        and :attr:`lost` (the tuple's own equality compares how the error is
+        given, not its text)."""
+        return (self.kind, self.params, self.lost)
 
 
 def _as_is(text: str) -> str:
