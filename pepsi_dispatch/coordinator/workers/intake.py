@@ -37,7 +37,7 @@ class IntakeOwner(Protocol):
 
     def spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None: ...
 
-    def start_template(self, pool: StagePool, w: WorkerProcess) -> None: ...
+    def start_template(self, pool: StagePool, w: WorkerProcess, now: float) -> None: ...
 
     def on_answers(self) -> None: ...
 
@@ -125,7 +125,7 @@ class AnswerIntake:
             pool.success()
             pool.answered(w, now)
             if not pool.template_tried and w.slot.can_template:
-                self.owner.start_template(pool, w)
+                self.owner.start_template(pool, w, now)
             if pool.wants_spare(w, now):
                 self.owner.spawn_spare(pool, w, now)
         self.owner.on_answers()

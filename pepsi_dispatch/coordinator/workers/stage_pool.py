@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -263,17 +262,17 @@ class StagePool:
         self.spawned_at.pop(w.pid, None)
 
     # -- template ----------------------------------------------------------------
-    def template_offer(self) -> socket.socket | None:
+    def template_offer(self, now: float) -> socket.socket | None:
         """The socket end to offer the worker about to be exec'd, so it can fork
         the stage's template from itself (templates.py); None while the stage
         has a template, is offering one, or has tried one."""
         if self.template is not None or self.template_tried:
             return None
         self.template, theirs = TemplateProcess.offer()
-        self.offered_at = time.monotonic()
+        self.offered_at = now
         return theirs
 
-    def start_template(self, argv: list[str], env: Mapping[str, str]) -> None:
+    def start_template(self, argv: list[str], env: Mapping[str, str], now: float) -> None:
         """Start the stage's template (once per pool); new workers are forked by
         it once it is ready, exec'd until then. Nothing when a worker's template
         serves already; an offer still not taken is withdrawn first (a program
@@ -281,7 +280,7 @@ class StagePool:
         if self._template_ready():
             return
         if self.template is not None:
-            if time.monotonic() - self.offered_at < OFFER_GRACE:
+            if now - self.offered_at < OFFER_GRACE:
                 return  # the worker forks it before it connects: its greeting is on the way
             self.template.close()
             self.template = None

@@ -251,14 +251,14 @@ class Supervisor:
             self._subreaper = is_subreaper()
         return self._subreaper and not self.shutting_down
 
-    def start_template(self, pool: StagePool, w: WorkerProcess) -> None:
+    def start_template(self, pool: StagePool, w: WorkerProcess, now: float) -> None:
         """``w`` says its program can be a template: start one for its stage,
         unless the worker forked one itself (``StagePool.template_offer``)."""
         if not self._may_template():
             pool.template_tried = True
             return
         argv = worker_argv(pool.config.program, self.dispatch_config.config_file)
-        pool.start_template(argv, self._env(pool))
+        pool.start_template(argv, self._env(pool), now)
 
     def spawn(
         self, pool: StagePool, now: float, spare: bool = False, warm: bool = False
@@ -275,7 +275,7 @@ class Supervisor:
                 self.dispatch_config.config_file,
                 env,
                 pool.generation,
-                offer=pool.template_offer() if self._may_template() else None,
+                offer=pool.template_offer(now) if self._may_template() else None,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM

@@ -78,7 +78,7 @@ def test_after_a_batch_a_worker_near_max_messages_gets_its_spare_and_is_recycled
         pool_of=lambda w: pool,
         on_answers=lambda: calls.append("answers"),
         spawn_spare=lambda pool, old, now: calls.append(f"spare for {old.pid}"),
-        start_template=lambda pool, w: calls.append(f"template after {w.pid}"),
+        start_template=lambda pool, w, now: calls.append(f"template after {w.pid}"),
         stop=lambda w, now, why: calls.append(f"stop {w.pid}: {why}"),
     )
     ledger = Ledger()
