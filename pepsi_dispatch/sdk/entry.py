@@ -269,11 +269,17 @@ def leave(status: int) -> None:
     the protocol itself and calls ``fork_point()`` should too, after closing
     its connection.
     """
+    # The atexit functions run through CPython's own hook (what the interpreter
+    # calls at exit; the module has no public name for it). An interpreter
+    # without it ends the usual way, teardown and all.
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if run_exitfuncs is None:
+        sys.exit(status)
     main_thread = threading.main_thread()
     for thread in threading.enumerate():
         if thread is not main_thread and not thread.daemon:
             thread.join()
-    atexit._run_exitfuncs()
+    run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

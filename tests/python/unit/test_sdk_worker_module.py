@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def test_worker_module_is_the_stable_public_path() -> None:
     from pepsi_dispatch import worker
@@ -74,14 +76,17 @@ print("never")
 """
 
 
-def test_leave_waits_for_threads_runs_atexit_flushes_and_keeps_the_status() -> None:
+@pytest.mark.parametrize("hook", ["kept", "missing"])
+def test_leave_waits_for_threads_runs_atexit_flushes_and_keeps_the_status(hook: str) -> None:
     """leave() skips only the interpreter's teardown: the program's own threads,
-    its atexit functions and buffered output are not lost, and the status is kept."""
+    its atexit functions and buffered output are not lost, and the status is kept
+    -- also on an interpreter without CPython's atexit hook (the usual exit then)."""
     import subprocess
     import sys
 
+    program = LEAVING if hook == "kept" else "import atexit; del atexit._run_exitfuncs" + LEAVING
     r = subprocess.run(
-        [sys.executable, "-c", LEAVING], capture_output=True, text=True, timeout=30, check=False
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=30, check=False
     )
     assert r.returncode == 3, r
     assert r.stdout == "buffered, no newline", r.stdout
