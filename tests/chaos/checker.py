@@ -110,30 +110,47 @@ class Verdict:
 
 
 def build_runs(events: list[dict], last_alive: dict[int, float]) -> list[Run]:
-    """One Run per (id, stage, pid); a process redoing a message is still one run."""
+    """One Run per delivery of (id, stage) to a process. A process redoing a
+    message (a start with no end logged before it: a lost connection) is still
+    one run; a start after an end is a new delivery (the message came back
+    to the same worker, say after a pause), whose writes are its own."""
     grouped: dict[tuple[int, str, int], list[dict]] = defaultdict(list)
     for ev in events:
         grouped[(int(ev["id"]), ev["stage"], int(ev["pid"]))].append(ev)
     runs = []
     for (mid, stage, pid), evs in grouped.items():
         evs.sort(key=lambda e: e["t"])
-        starts = [e for e in evs if e["ev"] == "start"]
-        if not starts:
-            continue  # a transition without a start: log cut by a kill mid-line; ignore
-        ends = [e["t"] for e in evs if e["ev"] in ("end", "tx")]
-        # A run ended cleanly when its last event is an end (not a start redone later).
-        clean = evs[-1]["ev"] == "end"
-        if clean:
-            end = evs[-1]["t"]
-        elif pid in last_alive:
-            end = max([last_alive[pid], *ends])
-        else:
-            end = math.inf
-        txs = [(e["fn"], e.get("ret"), e["t"]) for e in evs if e["ev"] == "tx"]
-        did = starts[0].get("did")
-        runs.append(Run(mid, stage, pid, did, starts[0]["t"], end, clean, txs))
+        for delivery in _deliveries(evs):
+            runs.append(_run_of(mid, stage, pid, delivery, last_alive))
     runs.sort(key=lambda r: (r.id, r.stage, r.start))
     return runs
+
+
+def _deliveries(evs: list[dict]) -> list[list[dict]]:
+    """The events of one process about one (id, stage), cut before each start
+    that follows an end; events before the first start are dropped (a log cut
+    by a kill mid-line)."""
+    out: list[list[dict]] = []
+    for e in evs:
+        if e["ev"] == "start" and (not out or out[-1][-1]["ev"] == "end"):
+            out.append([e])
+        elif out:
+            out[-1].append(e)
+    return out
+
+
+def _run_of(mid: int, stage: str, pid: int, evs: list[dict], last_alive: dict[int, float]) -> Run:
+    ends = [e["t"] for e in evs if e["ev"] in ("end", "tx")]
+    # A run ended cleanly when its last event is an end (not a start redone later).
+    clean = evs[-1]["ev"] == "end"
+    if clean:
+        end = evs[-1]["t"]
+    elif pid in last_alive:
+        end = max([last_alive[pid], *ends])
+    else:
+        end = math.inf
+    txs = [(e["fn"], e.get("ret"), e["t"]) for e in evs if e["ev"] == "tx"]
+    return Run(mid, stage, pid, evs[0].get("did"), evs[0]["t"], end, clean, txs)
 
 
 def claim_times(history: list[dict]) -> dict[tuple[int, str, int], list[float]]:

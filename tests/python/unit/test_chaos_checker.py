@@ -77,6 +77,27 @@ def test_same_process_redoing_a_message_is_one_run():
     assert verdict(events).ok
 
 
+def test_a_message_back_at_the_same_worker_is_a_new_run():
+    # Seen in the soak: dispatcher 12's worker paused message 111 (committed,
+    # ended); 12 was declared dead while partitioned, 11 reran the message, and
+    # 12's worker got it again later from a claim whose reply came late: that
+    # second delivery's write was fenced. The pause of the first delivery is
+    # not a late write of the second.
+    events = run(111, "a", 20, 26.0, 26.4, did=12, fn="pause", ret=True)
+    events += run(111, "a", 21, 31.1, 32.0, did=11)
+    events += run(111, "a", 20, 31.7, 39.8, did=12, fn="?", ret=None, end=False)
+    history = [upd(111, "a", "a", old_status="pending", new_status="running", t=30.5)]
+    history[0]["new_did"] = 12
+    v = verdict(events, dead={12: [30.9]}, history=history, last_alive={20: 39.8})
+    assert v.ok, v.violations
+    assert v.notes["overlap allowed: dispatcher declared dead, late write fenced"] == 1
+    # had the second delivery's write gone through, it is a violation
+    events[-1]["ret"] = True
+    assert "overlap" in kinds(
+        verdict(events, dead={12: [30.9]}, history=history, last_alive={20: 39.8})
+    )
+
+
 def test_killed_process_without_end_uses_last_alive():
     events = run(1, "a", 10, 1.0, 9.0, fn=None, end=False) + run(1, "a", 11, 3.0, 4.0)
     assert verdict(events, last_alive={10: 2.9}).ok
