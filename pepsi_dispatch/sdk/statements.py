@@ -97,8 +97,8 @@ class Statement(NamedTuple):
     :class:`Statements` builds, formatted from ``what`` and the parameters when
     it is asked for (rarely: only a lost row needs it). (An immutable tuple,
     not a frozen dataclass: one or more is made per message, and a tuple is
-    made faster.) Compare statements by :meth:`key`, which includes the error
-    text however it is given.
+    made faster.) Its equality is the tuple's: it compares how the error is
+    given, not the text :attr:`lost` makes of it.
     """
 
     kind: str
@@ -119,12 +119,6 @@ class Statement(NamedTuple):
             return self.given_lost
         params = self.params  # (message_id, stage, ..., dispatcher_id)
         return lost_text(self.what, params[0], params[1], params[-1])
-
-    def key(self) -> tuple[str, tuple[Any, ...], str]:
-        """What the statement does and says when lost: its kind, parameters
-        and :attr:`lost` (the tuple's own equality compares how the error is
-        given, not its text)."""
-        return (self.kind, self.params, self.lost)
 
 
 def _as_is(text: str) -> str:
