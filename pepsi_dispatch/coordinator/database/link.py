@@ -223,8 +223,6 @@ class DatabaseLink:
         self.state = LinkState.UP
         self.hold_until = 0.0
         self.retake_deadline = 0.0
-        if not work_only:
-            self.listen_pid = self.db.listen_pid()
         log.info(
             "database connection re-established%s; %s, full claim pass",
             f" after {self.failures} failed attempt(s)" if self.failures else "",
@@ -244,6 +242,9 @@ class DatabaseLink:
             return True
         self.db.connect()
         if self.db.try_lock():
+            # Known at once: should the rest of this attempt fail, the next one
+            # may find this session still holding the lock, and must know it as ours.
+            self.listen_pid = self.db.listen_pid()
             return True
         if self._retake_later(now):
             return False

@@ -226,9 +226,14 @@ def test_a_dispatcher_killed_with_sigkill_is_neither_exported_nor_counted(
         False,
     )
     # A new dispatcher: only it is registered (the dead one's row is removed at start).
+    # It registers first, then removes the others (wait_ready returns in between).
     d2 = h.start(conf)
-    assert h.conn.execute("SELECT array_agg(dispatcher_id) FROM pepsi.dispatchers").fetchone() == (
-        [d2.dispatcher_id(h.conn)],
+    registered = "SELECT array_agg(dispatcher_id) FROM pepsi.dispatchers"
+    wait_until(
+        lambda: h.conn.execute(registered).fetchone() == ([d2.dispatcher_id(h.conn)],),
+        10,
+        0.05,
+        lambda: f"only the new dispatcher registered: {h.conn.execute(registered).fetchone()}",
     )
     wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 again")
     m = scrape(srv)

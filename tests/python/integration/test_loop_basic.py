@@ -280,6 +280,55 @@ def test_reconnect_takes_the_lock_back_from_our_own_old_session(
         old.close()
 
 
+def test_a_reconnect_failing_after_the_lock_was_taken_still_knows_that_session(
+    dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconnect takes the lock, then fails (the connection is terminated again
+    before LISTEN and the registration went through). Its session may still hold the
+    lock when the next attempt runs: that session is ours, so it is terminated and
+    the lock retaken.
+
+    Regression: only a fully successful reconnect recorded its listen session, so the
+    next attempt took our own half-done session for another dispatcher and stopped.
+    """
+    d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
+    leftover: list[psycopg.Connection] = []
+    try:
+        d.db.close()
+        d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
+        real_listening, real_close = d.db.start_listening, d.db.close
+
+        def fails_once() -> None:
+            d.db.start_listening = real_listening
+            raise psycopg.OperationalError("terminated again mid-reconnect")
+
+        def close_but_the_server_lives_on() -> None:
+            # The server has not yet noticed the client gone: the lock stays held.
+            if d.db.listen is not None:  # not connect()'s own close of nothing
+                leftover.append(d.db.listen)
+                d.db.listen = None
+                d.db.close = real_close
+            real_close()
+
+        monkeypatch.setattr(d.db, "start_listening", fails_once)
+        monkeypatch.setattr(d.db, "close", close_but_the_server_lives_on)
+        d._reconnect(time.monotonic())
+        assert not d.link.connected and leftover, "the first attempt should have failed"
+        half_done_pid = leftover[0].info.backend_pid
+        assert d.db.listen is None
+        deadline = time.monotonic() + 10
+        while not d.link.connected:
+            assert time.monotonic() < deadline, "lock not retaken"
+            time.sleep(max(0.0, d.link.reconnect_at - time.monotonic()))
+            d._reconnect(time.monotonic())
+        assert d.link.lock_lost is None
+        assert d.db.lock_pids() == {d.db.listen_pid()} != {half_done_pid}
+    finally:
+        d.db.close()
+        for c in leftover:
+            c.close()
+
+
 def test_lock_pids_sees_only_this_database(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -356,14 +405,17 @@ class Served:
         return self.proc.wait(timeout)
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+def wait_for(
+    pred: Callable[[], Any], timeout: float = 30, what: str | Callable[[], str] = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            text = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout} s waiting for {text}")
         time.sleep(0.05)
 
 
@@ -593,7 +645,11 @@ def test_lost_connections_are_reestablished(
             " WHERE application_name LIKE 'pepsi-dispatch%%' AND pid <> pg_backend_pid()"
         )
         time.sleep(0.5)
-    wait_for(lambda: counts(conn) == {"done": 300}, timeout=60, what="300 rows done")
+    wait_for(
+        lambda: counts(conn) == {"done": 300},
+        timeout=60,
+        what=lambda: f"300 rows done, have {counts(conn)}; log tail:\n{d.text()[-3000:]}",
+    )
     text = d.text()
     assert "re-established" in text
     assert d.stop() == 0
