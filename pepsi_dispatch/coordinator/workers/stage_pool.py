@@ -45,6 +45,11 @@ STARTUP_GUESS = 0.5
 #: How long an offered template may take to greet before the stage starts one
 #: by exec instead, once a worker said its program can be one (seconds).
 OFFER_GRACE = 2.0
+#: How long a stage's first burst holds its other workers back for the template
+#: its first worker is about to fork (StagePool.template_on_its_way; seconds).
+#: An SDK worker forks it after its imports (0.15-0.2 s here); a program that
+#: takes no offers costs its other workers at most this wait, once per pool.
+TEMPLATE_HOLD = 0.5
 
 
 class StagePool:
@@ -78,8 +83,13 @@ class StagePool:
         #: they can have one; tried at most once per pool (a reload makes a new pool).
         self.template: TemplateProcess | None = None
         self.template_tried = False
-        #: when the template was last offered to an exec'd worker (monotonic)
+        #: when the template was last offered to an exec'd worker (monotonic), and
+        #: that worker's pid (None: the offer is not out, or its worker did not start)
         self.offered_at = 0.0
+        self.offered_to: int | None = None
+        #: claims and spawns are held back for the template on its way
+        #: (:meth:`template_on_its_way`); the supervisor wakes the claim once it is not
+        self.holding_for_template = False
 
     # -- numbers --------------------------------------------------------------
     @property
@@ -163,6 +173,8 @@ class StagePool:
         slots = max(0, self.parallelism - self.holders())
         if now < self.cooldown_until:
             slots = min(slots, len(self.spares))  # a started spare may still take a slot
+        if slots and self.template_on_its_way(now):
+            slots = 0
         return cap + slots * self.queue_limit
 
     # -- placement ---------------------------------------------------------------
@@ -194,7 +206,7 @@ class StagePool:
                 if self.holders() >= self.parallelism:
                     break
                 best = self._promote()
-                if best is None and now < self.cooldown_until:
+                if best is None and (now < self.cooldown_until or self.template_on_its_way(now)):
                     break
                 if best is None:
                     best = spawn(self)
@@ -271,6 +283,24 @@ class StagePool:
         self.template, theirs = TemplateProcess.offer()
         self.offered_at = now
         return theirs
+
+    def template_on_its_way(self, now: float) -> bool:
+        """Is the stage's first worker about to fork the template? Then no other
+        worker is exec'd meanwhile (:meth:`capacity` counts no free slot): they
+        are forked once it greets. Exec'ing them side by side costs an
+        interpreter start each, all inside the first burst, and on a small box
+        they are not ready sooner than the first one alone. The wait ends when
+        the template greets, when the offered worker answers or goes first (its
+        program takes no offers), or after :data:`TEMPLATE_HOLD`.
+        """
+        template, offeree = self.template, self.offered_to
+        if template is None or offeree is None or not template.offered:
+            return False
+        if now - self.offered_at >= TEMPLATE_HOLD or self._template_ready():
+            return False
+        waiting = any(w.pid == offeree and not (w.answers_received or w.eof) for w in self.workers)
+        self.holding_for_template = waiting
+        return waiting
 
     def start_template(self, argv: list[str], env: Mapping[str, str], now: float) -> None:
         """Start the stage's template (once per pool); new workers are forked by

@@ -36,6 +36,10 @@ from pepsi_dispatch.coordinator.workers.watchdogs import Watchdogs
 
 log = logging.getLogger(__name__)
 
+#: While a stage waits for its template (StagePool.template_on_its_way), how
+#: often to look whether it greeted (seconds): only at a stage's first burst.
+TEMPLATE_POLL = 0.01
+
 
 class Supervisor:
     """The dispatcher's workers, by stage."""
@@ -146,13 +150,21 @@ class Supervisor:
     def next_deadline(self, now: float) -> float:
         """The earliest of the watchdog table's rows and the warm workers' duty
         (MIN_WORKERS); INF: none."""
-        return min(self.watchdogs.next_deadline(now), self.warm.next_due(now))
+        due = min(self.watchdogs.next_deadline(now), self.warm.next_due(now))
+        if any(pool.holding_for_template for pool in self.pools.values()):
+            due = min(due, now + TEMPLATE_POLL)
+        return due
 
     def fire_due(self, now: float) -> None:
-        """The watchdog rows that are due, then the missing warm workers (MIN_WORKERS)."""
+        """The watchdog rows that are due, then the missing warm workers
+        (MIN_WORKERS), then a claim for the stages whose template wait is over."""
         self.watchdogs.fire_due(now)
         if now >= self.warm.next_due(now):
             self.warm.run(now)
+        for pool in self.pools.values():
+            if pool.holding_for_template and not pool.template_on_its_way(now):
+                pool.holding_for_template = False
+                self.ledger.want_claim()  # its free slots count again
 
     def busy(self) -> bool:
         """Does any worker have ids in flight?"""
@@ -268,15 +280,19 @@ class Supervisor:
         worker to keep MIN_WORKERS (it holds a slot, handed nothing yet). A stage
         with a template forks it there, else execs PROGRAM."""
         env = self._env(pool)
+        offer = None
         try:
-            w = self._forked(pool, env) or WorkerProcess(
-                pool.name,
-                pool.config.program,
-                self.dispatch_config.config_file,
-                env,
-                pool.generation,
-                offer=pool.template_offer(now) if self._may_template() else None,
-            )
+            w = self._forked(pool, env)
+            if w is None:
+                offer = pool.template_offer(now) if self._may_template() else None
+                w = WorkerProcess(
+                    pool.name,
+                    pool.config.program,
+                    self.dispatch_config.config_file,
+                    env,
+                    pool.generation,
+                    offer=offer,
+                )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             # OSError: not found / not executable / exec failed; ValueError: PROGRAM
             # does not split (unbalanced quotes); SubprocessError: the child set-up failed.
@@ -286,6 +302,8 @@ class Supervisor:
                 now, f"cannot start PROGRAM {pool.config.program!r}: {why} (rows stay pending)"
             )
             return None
+        if offer is not None:
+            pool.offered_to = w.pid
         self.sentinel.watch(w.pid)  # its pid is its process group id
         w.group_killed = self.sentinel.forget
         pool.workers.append(w)

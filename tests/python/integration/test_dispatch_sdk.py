@@ -224,3 +224,52 @@ def test_a_protocol_worker_with_fork_point_is_forked_within_the_bounds(h: Harnes
         5,
         message="forked workers and the template die with their dispatcher",
     )
+
+
+def _worker_starts(text: str) -> list[tuple[float, str]]:
+    """(seconds of the log's clock, 'started' or 'forked by') of each worker start."""
+    out = []
+    for m in re.finditer(
+        r"^\S+ \d\d:(\d\d):(\d\d\.\d+)\S* .*worker pid \d+ (started|forked by)", text, re.M
+    ):
+        out.append((int(m.group(1)) * 60 + float(m.group(2)), m.group(3)))
+    return out
+
+
+def test_the_first_burst_forks_its_workers_from_the_first_ones_template(h: Harness) -> None:
+    """A burst to a stage without workers yet: only its first worker is exec'd,
+    and the others are forked by the template it forks from itself, instead of
+    each importing an interpreter side by side inside the burst. Every message
+    runs once, never more than PARALLELISM at once."""
+    log = h.tmp / "sdk.log"
+    program = f"{PYTHON} {ROOT / SDK_WORKER} --default-commit --log {log}"
+    p, n = 4, 200
+    stages = {"a": {"PROGRAM": program, "PARALLELISM": p, "QUEUE_LIMIT": 4}}
+    conf = h.conf(stages, CONFIG_FILE=str(h.tmp / "pepsi.conf"), WORKER_IDLE_TIMEOUT="60 s")
+    d = h.start(conf)
+    ids = h.enqueue("a", [{"plan": {"a": {"op": "finish", "sleep": 0.01}}}] * n)
+    assert h.wait_all(timeout=90) == {"done": n}
+    starts = [kind for _, kind in _worker_starts(d.log())]
+    assert starts == ["started"] + ["forked by"] * (p - 1), d.log()
+    runs = read_worker_log(log).runs
+    assert sorted(r.wq_id for r in runs) == sorted(ids)  # each id ran once
+    assert len({r.pid for r in runs}) == p  # the forked workers took their share
+    assert _most_at_once(runs) <= p
+
+
+def test_a_program_that_takes_no_offer_delays_its_first_burst_by_the_hold_at_most(
+    h: Harness,
+) -> None:
+    """The burst waits for a template only briefly: a plain protocol worker that
+    starts slowly (2 s before it reads) has its stage's other workers exec'd
+    after the hold (0.5 s), not after its first answer."""
+    program = f"{h.program()} --startup-delay 2"
+    p = 4
+    d = h.start(h.conf({"a": {"PROGRAM": program, "PARALLELISM": p, "QUEUE_LIMIT": 1}}))
+    h.enqueue("a", 8)
+    assert h.wait_all(timeout=60) == {"done": 8}
+    starts = _worker_starts(d.log())
+    assert [kind for _, kind in starts] == ["started"] * p, d.log()
+    first = starts[0][0]
+    later = [t - first for t, _ in starts[1:]]
+    assert all(0.3 < dt < 1.8 for dt in later), (later, d.log())

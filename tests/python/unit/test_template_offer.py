@@ -5,11 +5,15 @@ that nobody takes leaves behind, and when the stage execs a template instead."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+
+import pytest
 
 from pepsi_dispatch.config.model import StageConfig
-from pepsi_dispatch.coordinator.workers.stage_pool import OFFER_GRACE, StagePool
+from pepsi_dispatch.coordinator.workers.stage_pool import OFFER_GRACE, TEMPLATE_HOLD, StagePool
 from pepsi_dispatch.coordinator.workers.templates import TemplateProcess
 
 
@@ -72,3 +76,74 @@ def test_an_untaken_offer_gives_way_to_an_execd_template_after_the_grace() -> No
         pool.close_template()
         theirs.close()
     assert execd.proc is not None and execd.proc.wait(10) == -9
+
+
+class _Starting:
+    """The part of a WorkerProcess the pool's counting reads: a started worker."""
+
+    def __init__(self, pid: int, queue_limit: int) -> None:
+        self.pid = pid
+        self.inflight: dict[int, float] = {}
+        self.sent = 0
+        self.answers_received = 0
+        self.eof = self.retiring = self.stopping = False
+        self.stdin_fd: int | None = 3
+
+
+_kept: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_kept() -> Iterator[None]:
+    yield
+    while _kept:
+        _kept.pop().close()
+
+
+def _first_burst(parallelism: int = 4, queue_limit: int = 4) -> tuple[StagePool, _Starting]:
+    """A pool whose first worker was just exec'd with the template offer (at t=100)."""
+    pool = StagePool(
+        StageConfig("s", "/bin/true", (), parallelism=parallelism, queue_limit=queue_limit), 1
+    )
+    theirs = pool.template_offer(100.0)
+    assert theirs is not None
+    _kept.append(theirs)  # the worker's end, held open: the offer is neither taken nor refused
+    first = _Starting(4242, queue_limit)
+    pool.workers.append(first)  # type: ignore[arg-type]
+    pool.offered_to = first.pid
+    return pool, first
+
+
+def test_the_first_burst_claims_for_the_first_worker_only_while_its_template_is_on_its_way() -> (
+    None
+):
+    """The other workers would each exec an interpreter: they wait for the template."""
+    pool, first = _first_burst()
+    assert pool.template_on_its_way(100.1) and pool.holding_for_template
+    assert pool.capacity(100.1) == 4  # the first worker's room, no free slot
+    placed, unplaced = pool.place(list(range(10)), 100.1, lambda p: None)
+    assert [len(ids) for _, ids in placed] == [4] and unplaced == list(range(4, 10))
+
+
+def test_the_template_wait_ends_with_the_first_answer_an_eof_or_the_hold() -> None:
+    """A program that takes no offers answers without a greeting: its stage
+    execs the others then, or at the latest after TEMPLATE_HOLD."""
+    pool, first = _first_burst()
+    first.answers_received = 1
+    assert not pool.template_on_its_way(100.1) and not pool.holding_for_template
+    assert pool.capacity(100.1) == 4 + 3 * 4
+    pool, first = _first_burst()
+    first.eof = True
+    assert not pool.template_on_its_way(100.1)
+    pool, first = _first_burst()
+    assert pool.template_on_its_way(100.0 + TEMPLATE_HOLD - 0.01)
+    assert not pool.template_on_its_way(100.0 + TEMPLATE_HOLD)
+    assert pool.capacity(100.0 + TEMPLATE_HOLD) == 16
+
+
+def test_no_template_wait_without_an_offer_out() -> None:
+    """A stage that exec'd its first worker without an offer (not a child subreaper,
+    a template tried already) counts its free slots as before."""
+    pool = StagePool(StageConfig("s", "/bin/true", (), parallelism=4, queue_limit=4), 1)
+    pool.workers.append(_Starting(1, 4))  # type: ignore[arg-type]
+    assert not pool.template_on_its_way(100.0) and pool.capacity(100.0) == 16
