@@ -291,14 +291,20 @@ class StagePool:
         interpreter start each, all inside the first burst, and on a small box
         they are not ready sooner than the first one alone. The wait ends when
         the template greets, when the offered worker answers or goes first (its
-        program takes no offers), or after :data:`TEMPLATE_HOLD`.
+        program takes no offers), or after :data:`TEMPLATE_HOLD`. Only a stage
+        whose one worker is the offered one waits: a program that takes no
+        offer is offered again at each exec once its offered worker is gone,
+        and its other workers must not wait at every recycle.
         """
         template, offeree = self.template, self.offered_to
         if template is None or offeree is None or not template.offered:
             return False
+        if len(self.workers) != 1 or self.workers[0].pid != offeree:
+            return False
         if now - self.offered_at >= TEMPLATE_HOLD or self._template_ready():
             return False
-        waiting = any(w.pid == offeree and not (w.answers_received or w.eof) for w in self.workers)
+        first = self.workers[0]
+        waiting = not (first.answers_received or first.eof)
         self.holding_for_template = waiting
         return waiting
 

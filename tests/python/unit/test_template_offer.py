@@ -147,3 +147,12 @@ def test_no_template_wait_without_an_offer_out() -> None:
     pool = StagePool(StageConfig("s", "/bin/true", (), parallelism=4, queue_limit=4), 1)
     pool.workers.append(_Starting(1, 4))  # type: ignore[arg-type]
     assert not pool.template_on_its_way(100.0) and pool.capacity(100.0) == 16
+
+
+def test_no_template_wait_once_the_stage_has_other_workers() -> None:
+    """An offer out while other workers run (a program that takes no offer is
+    offered again at a recycle): the stage's spawns do not wait for it."""
+    pool, first = _first_burst()
+    pool.workers.insert(0, _Starting(17, 4))  # type: ignore[arg-type]
+    assert not pool.template_on_its_way(100.1)
+    assert pool.capacity(100.1) == 4 + 4 + 2 * 4
