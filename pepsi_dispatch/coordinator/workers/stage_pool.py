@@ -165,7 +165,9 @@ class StagePool:
         during a spawn cooldown only slots a warm spare can take count. This is PARALLELISM ×
         QUEUE_LIMIT minus what is in flight, minus what retiring workers and
         MAX_MESSAGES make unusable -- so claimed ids always find a place.
-        A PAUSED stage claims nothing (its workers finish what they hold).
+        A PAUSED stage claims nothing (its workers finish what they hold); a
+        stage waiting for its first worker's template counts no free slot
+        (:meth:`template_on_its_way`).
         """
         if self.config.paused:
             return 0
