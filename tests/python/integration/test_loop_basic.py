@@ -244,6 +244,16 @@ def test_query_error_keeps_the_lock_and_a_broken_work_connection_alone_is_reopen
         d.db.close()
 
 
+def reconnect_until_connected(d: Any, timeout: float = 10) -> None:
+    """Run the in-process dispatcher's reconnect attempts on their schedule until
+    its link is up (fails after ``timeout`` s: the lock was not retaken)."""
+    deadline = time.monotonic() + timeout
+    while not d.link.connected:
+        assert time.monotonic() < deadline, "lock not retaken"
+        time.sleep(max(0.0, d.link.reconnect_at - time.monotonic()))
+        d._reconnect(time.monotonic())
+
+
 def test_reconnect_takes_the_lock_back_from_our_own_old_session(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -262,11 +272,7 @@ def test_reconnect_takes_the_lock_back_from_our_own_old_session(
         d.db.listen = None
         d.link.lost(time.monotonic(), psycopg.OperationalError("link down"))
         assert d.link.state is LinkState.RECONNECT_ALL
-        deadline = time.monotonic() + 10
-        while not d.link.connected:
-            assert time.monotonic() < deadline, "lock not retaken"
-            time.sleep(max(0.0, d.link.reconnect_at - time.monotonic()))
-            d._reconnect(time.monotonic())
+        reconnect_until_connected(d)
         assert d.link.lock_lost is None
         new_pid = d.db.listen_pid()
         assert new_pid != old_pid
@@ -316,11 +322,7 @@ def test_a_reconnect_failing_after_the_lock_was_taken_still_knows_that_session(
         assert not d.link.connected and leftover, "the first attempt should have failed"
         half_done_pid = leftover[0].info.backend_pid
         assert d.db.listen is None
-        deadline = time.monotonic() + 10
-        while not d.link.connected:
-            assert time.monotonic() < deadline, "lock not retaken"
-            time.sleep(max(0.0, d.link.reconnect_at - time.monotonic()))
-            d._reconnect(time.monotonic())
+        reconnect_until_connected(d)
         assert d.link.lock_lost is None
         assert d.db.lock_pids() == {d.db.listen_pid()} != {half_done_pid}
     finally:
