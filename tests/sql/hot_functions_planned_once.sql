@@ -1,4 +1,4 @@
--- The functions on every message's path (migration 0023) are planned once per
+-- The functions on every message's path (migrations 0023, 0024) are planned once per
 -- session: PL/pgSQL (a LANGUAGE sql function that is not inlined is parsed and
 -- planned at each call) with plan_cache_mode = force_generic_plan (left to
 -- choose, the plan cache made a custom plan for each call's arrays). Their
@@ -6,7 +6,7 @@
 -- tests/python/integration/test_sql_claim_plan.py and test_sql_advance_many.py.
 -- The API still behaves as before: claim.sql, advance_many.sql and the others.
 BEGIN;
-SELECT plan(11);
+SELECT plan(16);
 
 CREATE FUNCTION pg_temp.config_of(f regprocedure) RETURNS text[] LANGUAGE sql AS $$
     SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE oid = f $$;
@@ -16,6 +16,17 @@ CREATE FUNCTION pg_temp.language_of(f regprocedure) RETURNS name LANGUAGE sql AS
 SELECT ok(pg_temp.config_of(f) @> ARRAY['plan_cache_mode=force_generic_plan',
                                        'search_path=pepsi, pg_catalog, pg_temp'],
           f::text || ' is planned generically, search_path still pinned')
+  FROM unnest(ARRAY['pepsi.claim(bigint, text[], integer[], boolean, bigint[])',
+                    'pepsi.check_answered(bigint, bigint[])',
+                    'pepsi.get_messages(bigint[])',
+                    'pepsi.finish_many(bigint[], text, bigint)',
+                    'pepsi.advance_many(bigint[], text, text, bigint)']::regprocedure[]) AS f;
+
+-- And from migration 0024: index scans and nested loops whatever the
+-- statistics of the session's first call said (an empty table, at start).
+SELECT ok(pg_temp.config_of(f) @> ARRAY['enable_seqscan=off', 'enable_hashjoin=off',
+                                       'enable_mergejoin=off'],
+          f::text || ' keeps index plans as the table grows')
   FROM unnest(ARRAY['pepsi.claim(bigint, text[], integer[], boolean, bigint[])',
                     'pepsi.check_answered(bigint, bigint[])',
                     'pepsi.get_messages(bigint[])',
