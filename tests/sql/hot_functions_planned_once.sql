@@ -1,4 +1,4 @@
--- The functions on every message's path (migrations 0023, 0024) are planned once per
+-- The functions on every message's path (migrations 0023, 0024, 0025) are planned once per
 -- session: PL/pgSQL (a LANGUAGE sql function that is not inlined is parsed and
 -- planned at each call) with plan_cache_mode = force_generic_plan (left to
 -- choose, the plan cache made a custom plan for each call's arrays). Their
@@ -6,7 +6,7 @@
 -- tests/python/integration/test_sql_claim_plan.py and test_sql_advance_many.py.
 -- The API still behaves as before: claim.sql, advance_many.sql and the others.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 
 CREATE FUNCTION pg_temp.config_of(f regprocedure) RETURNS text[] LANGUAGE sql AS $$
     SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE oid = f $$;
@@ -32,6 +32,12 @@ SELECT ok(pg_temp.config_of(f) @> ARRAY['enable_seqscan=off', 'enable_hashjoin=o
                     'pepsi.get_messages(bigint[])',
                     'pepsi.finish_many(bigint[], text, bigint)',
                     'pepsi.advance_many(bigint[], text, text, bigint)']::regprocedure[]) AS f;
+
+-- And from migration 0025: the claim's pick cannot be a primary key walk with a
+-- sort either, and the disabled sort its final ORDER BY keeps is not compiled.
+SELECT ok(pg_temp.config_of('pepsi.claim(bigint, text[], integer[], boolean, bigint[])')
+              @> ARRAY['enable_sort=off', 'jit=off'],
+          'claim sets enable_sort and jit off');
 
 SELECT is(pg_temp.language_of(f), 'plpgsql'::name, f::text || ' is PL/pgSQL (its plan is cached)')
   FROM unnest(ARRAY['pepsi.finish_many(bigint[], text, bigint)',

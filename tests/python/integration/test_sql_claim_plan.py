@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from conftest import alembic
 from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -238,7 +239,8 @@ def test_after_ids_bound_is_an_index_condition_of_the_pick(big_dsn: str) -> None
             nodes = _nodes(plans[0]["Plan"])
             picks = [n for n in nodes if n.get("Index Name") == "workqueue_pending_idx"]
             # v5: one range scan per priority band; the bound starts the priority-0 one.
-            zero = [n for n in picks if "priority = 0" in n.get("Index Cond", "")]
+            # v8: the band is the range priority >= 0 AND priority <= 0 (see below).
+            zero = [n for n in picks if "priority >= 0" in n.get("Index Cond", "")]
             assert zero and all("workqueue_id >" in n["Index Cond"] for n in zero), picks
             others = [n for n in picks if n not in zero]
             bands = ("priority > 0", "priority < 0")
@@ -331,3 +333,80 @@ def test_the_dispatchers_reads_use_an_index(big_dsn: str) -> None:
     found = scans(inner[:2])
     assert not [s for s in found if s[0] == "Seq Scan"], f"sequential scan: {found}"
     assert {s[2] for s in found} == {"workqueue_running_idx", "workqueue_pkey"}, found
+
+
+def _band_scans(plans: list[dict]) -> list[dict]:
+    """The scan nodes of the pick (the UPDATE's own scan by primary key left out)."""
+    nodes = _nodes(plans[0]["Plan"])
+    pick = next(n for n in nodes if n.get("Subplan Name", "").startswith("InitPlan"))
+    return [n for n in _nodes(pick) if n.get("Relation Name") == "workqueue"]
+
+
+def _one_stage_behind(conn: psycopg.Connection) -> None:
+    """A 3-stage pipeline whose first stage holds the backlog, analysed as it is."""
+    conn.execute("INSERT INTO pepsi.workqueue (stage) SELECT 'a' FROM generate_series(1, 100000)")
+    conn.execute(
+        "INSERT INTO pepsi.workqueue (stage) SELECT (ARRAY['b', 'c'])[1 + i % 2]"
+        " FROM generate_series(1, 40) AS i"
+    )
+    conn.execute("ANALYZE pepsi.workqueue")
+
+
+BEHIND_CALL = (
+    "SELECT * FROM pepsi.claim(1, %s, %s, %s, %s::bigint[])",
+    (["a", "b", "c"], [4, 4, 4], False, [None, None, None]),
+)
+
+
+def test_a_backlog_in_one_stage_leaves_the_pick_on_the_pending_index(dsn: str) -> None:
+    """Statistics taken while stage a holds 100,000 pending rows and b, c 20 each:
+    every band of every stage walks workqueue_pending_idx (v7's priority-0 band
+    walked the primary key here, filtering on stage), and no call is compiled
+    by JIT (the plan carries the cost of the disabled sort)."""
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        _one_stage_behind(setup)
+    for skip_locked in (False, True):
+        with psycopg.connect(dsn, autocommit=True) as conn:  # planned now, on these statistics
+            call = (BEHIND_CALL[0], (*BEHIND_CALL[1][:2], skip_locked, BEHIND_CALL[1][3]))
+            plans = captured_plans(conn, [call])
+            assert not [p for p in plans if "JIT" in p], "a claim was compiled by JIT"
+            update = [p for p in plans if "UPDATE pepsi.workqueue" in p.get("Query Text", "")]
+            assert_index_plan(update)
+            bands = _band_scans(update)
+            assert {n.get("Index Name") for n in bands} == {"workqueue_pending_idx"}, bands
+            assert sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in bands) < 100
+            moved = next(n for n in _nodes(update[0]["Plan"]) if n["Node Type"] == "ModifyTable")
+            assert moved["Actual Rows"] == 12
+
+
+def test_the_floor_still_starts_the_priority_0_band(dsn: str) -> None:
+    """The range form of the band is positioned on the floor: after 20,000 claimed
+    rows (dead entries at the band's low end) a claim with the floor reads a
+    few pages of the index, one without it reads past the dead entries."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _one_stage_behind(conn)
+        ids = [r[0] for r in conn.execute("SELECT * FROM pepsi.claim(5, '{a}', '{20000}')")]
+        buffers = {}
+        for floor in (None, max(ids)):
+            call = (BEHIND_CALL[0], (*BEHIND_CALL[1][:3], [floor, None, None]))
+            update = [p for p in captured_plans(conn, [call]) if "UPDATE" in p["Query Text"]]
+            buffers[floor] = sum(
+                n["Shared Hit Blocks"] + n["Shared Read Blocks"]
+                for n in _band_scans(update)
+                if "priority >= 0" in n.get("Index Cond", "")
+            )
+    assert buffers[max(ids)] < 30, buffers
+    assert buffers[None] > 5 * buffers[max(ids)], buffers
+
+
+def test_claim_v7_walked_the_primary_key_here(dsn: str) -> None:
+    """The check above can fail: with 0024's claim v7 the same session's
+    priority-0 band is a primary key walk that filters out the backlog."""
+    alembic(dsn, "downgrade", "0024")
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        _one_stage_behind(setup)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        update = [p for p in captured_plans(conn, [BEHIND_CALL]) if "UPDATE" in p["Query Text"]]
+    walks = [n for n in _band_scans(update) if n.get("Index Name") == "workqueue_pkey"]
+    assert walks, _band_scans(update)
+    assert sum(n.get("Rows Removed by Filter", 0) for n in walks) > 50_000
