@@ -150,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             f"  p99 {r['p99'] * 1000:.2f} ms  max {r['max'] * 1000:.2f} ms"
             f"  (first message, worker start: {r['cold'] * 1000:.0f} ms)"
         )
+        say(
+            f"  of which the enqueue's own round trip (its commit): p50"
+            f" {r['enqueue_p50'] * 1000:.2f} ms  p99 {r['enqueue_p99'] * 1000:.2f} ms"
+        )
     return 0
 
 
