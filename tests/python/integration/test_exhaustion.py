@@ -216,18 +216,18 @@ def test_postgres_wal_disk_full_stops_the_server_and_loses_nothing(h: Harness) -
             cwd=root, env={**os.environ, "PEPSI_DSN": dsn}, check=True, capture_output=True,
         )  # fmt: skip
         d = h.start(h.conf(h.pipeline(["a"])), dsn=dsn)
-        fill(wal_fs)
-        committed: list[int] = []
         conn = psycopg.connect(dsn, autocommit=True)
+        enqueue = (
+            "SELECT pepsi.enqueue('a', jsonb_build_object('pad', repeat('x', 4000)))"
+            " FROM generate_series(1, 20)"
+        )
+        # One batch before the fill, so that some committed messages are at stake
+        # however much room the WAL segments already made have left after it.
+        committed: list[int] = [r[0] for r in conn.execute(enqueue).fetchall()]
+        fill(wal_fs)
         with pytest.raises(psycopg.OperationalError):
-            for _ in range(200):  # ~0.8 MB of WAL each: the server must give out first
-                committed += [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT pepsi.enqueue('a', jsonb_build_object('pad', repeat('x', 4000)))"
-                        " FROM generate_series(1, 200)"
-                    ).fetchall()
-                ]
+            for _ in range(2000):  # ~80 kB of WAL each: the server must give out first
+                committed += [r[0] for r in conn.execute(enqueue).fetchall()]
         conn.close()
         assert "No space left on device" in log.read_text(), log.read_text()[-2000:]
         wait_until(
