@@ -352,10 +352,12 @@ def _one_stage_behind(conn: psycopg.Connection) -> None:
     conn.execute("ANALYZE pepsi.workqueue")
 
 
-BEHIND_CALL = (
-    "SELECT * FROM pepsi.claim(1, %s, %s, %s, %s::bigint[])",
-    (["a", "b", "c"], [4, 4, 4], False, [None, None, None]),
-)
+def _behind_call(skip_locked: bool = False, floor_a: int | None = None) -> tuple[str, tuple]:
+    """A claim of 4 rows for each of stages a, b and c (``floor_a``: stage a's floor)."""
+    return (
+        "SELECT * FROM pepsi.claim(1, %s, %s, %s, %s::bigint[])",
+        (["a", "b", "c"], [4, 4, 4], skip_locked, [floor_a, None, None]),
+    )
 
 
 def test_a_backlog_in_one_stage_leaves_the_pick_on_the_pending_index(dsn: str) -> None:
@@ -367,14 +369,13 @@ def test_a_backlog_in_one_stage_leaves_the_pick_on_the_pending_index(dsn: str) -
         _one_stage_behind(setup)
     for skip_locked in (False, True):
         with psycopg.connect(dsn, autocommit=True) as conn:  # planned now, on these statistics
-            call = (BEHIND_CALL[0], (*BEHIND_CALL[1][:2], skip_locked, BEHIND_CALL[1][3]))
-            plans = captured_plans(conn, [call])
+            plans = captured_plans(conn, [_behind_call(skip_locked)])
             assert not [p for p in plans if "JIT" in p], "a claim was compiled by JIT"
             update = [p for p in plans if "UPDATE pepsi.workqueue" in p.get("Query Text", "")]
             assert_index_plan(update)
             bands = _band_scans(update)
             assert {n.get("Index Name") for n in bands} == {"workqueue_pending_idx"}, bands
-            assert sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in bands) < 100
+            assert pick_buffers(update) < 100
             moved = next(n for n in _nodes(update[0]["Plan"]) if n["Node Type"] == "ModifyTable")
             assert moved["Actual Rows"] == 12
 
@@ -388,8 +389,8 @@ def test_the_floor_still_starts_the_priority_0_band(dsn: str) -> None:
         ids = [r[0] for r in conn.execute("SELECT * FROM pepsi.claim(5, '{a}', '{20000}')")]
         buffers = {}
         for floor in (None, max(ids)):
-            call = (BEHIND_CALL[0], (*BEHIND_CALL[1][:3], [floor, None, None]))
-            update = [p for p in captured_plans(conn, [call]) if "UPDATE" in p["Query Text"]]
+            plans = captured_plans(conn, [_behind_call(floor_a=floor)])
+            update = [p for p in plans if "UPDATE" in p["Query Text"]]
             buffers[floor] = sum(
                 n["Shared Hit Blocks"] + n["Shared Read Blocks"]
                 for n in _band_scans(update)
@@ -406,7 +407,8 @@ def test_claim_v7_walked_the_primary_key_here(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as setup:
         _one_stage_behind(setup)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        update = [p for p in captured_plans(conn, [BEHIND_CALL]) if "UPDATE" in p["Query Text"]]
+        plans = captured_plans(conn, [_behind_call()])
+        update = [p for p in plans if "UPDATE" in p["Query Text"]]
     walks = [n for n in _band_scans(update) if n.get("Index Name") == "workqueue_pkey"]
     assert walks, _band_scans(update)
     assert sum(n.get("Rows Removed by Filter", 0) for n in walks) > 50_000
