@@ -9,22 +9,27 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from pepsi_dispatch.contract import EXIT_NO_STAGE
 
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
+from .facts import StartFacts, may_call, retry_stages, set_based_kinds, start_facts
 from .inhand import InHand, from_environment
 from .message import Handler
 from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
-from .statements import NOTE_TRACEBACK, SET_BASED_FUNCTIONS, Statements
+from .statements import Statements
 from .template import serve_if_asked
 from .transaction import CommitMode
 
-__all__ = ["main", "run"]
+if TYPE_CHECKING:
+    from pepsi_dispatch.config import Config
+
+__all__ = ["main", "may_call", "retry_stages", "run", "set_based_kinds"]
 
 
 class _StartError(Exception):
@@ -66,73 +71,42 @@ def _read_environment(handlers: Mapping[str, Handler]) -> tuple[str, int | None]
         raise _StartError(f"PEPSI_DISPATCHER_ID is not an integer: {text!r}") from None
 
 
-def retry_stages(conn: psycopg.Connection) -> frozenset[str]:
-    """Registered stages with automatic retries (RETRY_DELAY); none before migration 0009."""
-    try:
-        rows = conn.execute(
-            "SELECT stage FROM pepsi.registered_stages() WHERE retry_delay IS NOT NULL"
-        ).fetchall()
-    except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
-        return frozenset()
-    return frozenset(r[0] for r in rows)
+def _graph(
+    config: Config, overlay: list[tuple[str, str, str | None]]
+) -> tuple[dict[str, tuple[str, ...]], str]:
+    """(successors by stage, name of the configuration) of ``config`` with ``overlay``."""
+    from pepsi_dispatch.config import apply_overlay
 
-
-def may_call(conn: psycopg.Connection, signature: str) -> bool:
-    """The database has the function ``signature`` and this role may run it."""
-    row = conn.execute(
-        "SELECT to_regprocedure(%s) IS NOT NULL"
-        " AND has_function_privilege(to_regprocedure(%s), 'EXECUTE')",
-        (signature, signature),
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def set_based_kinds(conn: psycopg.Connection) -> frozenset[str]:
-    """The transition kinds whose set-based function the database has and this role
-    may run. A worker of a newer package on a database not yet migrated (the window
-    of an upgrade) then sends those transitions row by row instead of failing its
-    batches."""
-    kinds, signatures = zip(*SET_BASED_FUNCTIONS.items(), strict=True)
-    rows = conn.execute(
-        "SELECT k FROM unnest(%s::text[], %s::text[]) AS f(k, sig)"
-        " WHERE to_regprocedure(sig) IS NOT NULL"
-        " AND has_function_privilege(to_regprocedure(sig), 'EXECUTE')",
-        (list(kinds), list(signatures)),
-    ).fetchall()
-    return frozenset(r[0] for r in rows)
-
-
-def load_graph(
-    config_path: str | None, conn: psycopg.Connection | None
-) -> tuple[dict[str, tuple[str, ...]] | None, str, str]:
-    """(successors by stage, name of the configuration, dsn) from file plus database overlay."""
-    from pepsi_dispatch.config import apply_overlay, load_config
-
-    config = load_config(config_path)
     name = str(config.path) if config.path else "built-in defaults"
-    if conn is not None:
-        rows = conn.execute("SELECT section, option, value FROM pepsi.stage_config()").fetchall()
-        if rows:
-            config = apply_overlay(config, rows)
-            name += " + database overlay"
-    return {s.name: tuple(s.next) for s in config.stages.values()}, name, config.dsn
+    if overlay:
+        config = apply_overlay(config, overlay)
+        name += " + database overlay"
+    return {s.name: tuple(s.next) for s in config.stages.values()}, name
 
 
-def _stage_graph(config_path: str | None, conn: psycopg.Connection, stage: str) -> StageGraph:
-    """The graph from file plus overlay; a stage not in it starts nothing (EXIT_NO_STAGE)."""
-    from pepsi_dispatch.config import ConfigError
-
+def _start_facts(conn: psycopg.Connection) -> StartFacts:
+    """:func:`~.facts.start_facts`, or a start error when the overlay is missing."""
     try:
-        successors, config_name, _ = load_graph(config_path, conn)
-    except ConfigError as exc:
-        raise _StartError(str(exc)) from None
+        return start_facts(conn)
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
         raise _StartError(
             "the database lacks pepsi.stage_config(): it is not migrated to the SDK's"
             " schema; run 'pepsi-queue migrate' (or 'alembic upgrade head' in a"
             " checkout) with PEPSI_DSN set to it"
         ) from None
-    if successors is None or stage not in successors:
+
+
+def _stage_graph(
+    config: Config, overlay: list[tuple[str, str, str | None]], stage: str
+) -> StageGraph:
+    """The graph from file plus overlay; a stage not in it starts nothing (EXIT_NO_STAGE)."""
+    from pepsi_dispatch.config import ConfigError
+
+    try:
+        successors, config_name = _graph(config, overlay)
+    except ConfigError as exc:
+        raise _StartError(str(exc)) from None
+    if stage not in successors:
         # Every message would fail on its transition: touch none of them.
         raise _StartError(
             f"stage {stage} is not in the configuration ({config_name}); start the"
@@ -168,32 +142,33 @@ def commit_mode(group_commit: bool | None, in_hand: InHand) -> CommitMode:
 
 
 def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:
-    from pepsi_dispatch.config import ConfigError
+    from pepsi_dispatch.config import ConfigError, load_config
 
     args = _parse_argv(argv)
     stage, dispatcher_id = _read_environment(handlers)
     in_hand = from_environment()
     answer_fd, input_fd = protect_stdio()
     try:
-        _, _, dsn = load_graph(args.config, None)
+        config = load_config(args.config)
     except ConfigError as exc:
         raise _StartError(str(exc)) from None
-    connect = connector(os.environ.get("PEPSI_DSN") or dsn, stage)
+    connect = connector(os.environ.get("PEPSI_DSN") or config.dsn, stage)
     try:
         connection = ConnectionHolder(connect(), connect)
     except psycopg.Error as exc:
         print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
         return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
     try:
-        graph = _stage_graph(args.config, connection.conn, stage)
+        facts = _start_facts(connection.conn)
+        graph = _stage_graph(config, facts.overlay, stage)
         dispatch = HandlerDispatch(
-            handlers, stage, graph, Statements(dispatcher_id), retry_stages(connection.conn)
+            handlers, stage, graph, Statements(dispatcher_id), facts.retry_stages
         )
-        dispatch.keeps_tracebacks = may_call(connection.conn, NOTE_TRACEBACK)
+        dispatch.keeps_tracebacks = facts.keeps_tracebacks
         mode = commit_mode(group_commit, in_hand)
         runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd, in_hand)
         if mode is CommitMode.GROUP:
-            runner.set_based = set_based_kinds(connection.conn)
+            runner.set_based = facts.set_based
         return _serve(runner)
     finally:
         connection.close()
