@@ -16,7 +16,7 @@ import psycopg
 from pepsi_dispatch.contract import EXIT_NO_STAGE
 
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
-from .facts import StartFacts, may_call, retry_stages, set_based_kinds, start_facts
+from .facts import StartFacts, start_facts
 from .inhand import InHand, from_environment
 from .message import Handler
 from .pipe import protect_stdio
@@ -29,7 +29,7 @@ from .transaction import CommitMode
 if TYPE_CHECKING:
     from pepsi_dispatch.config import Config
 
-__all__ = ["main", "may_call", "retry_stages", "run", "set_based_kinds"]
+__all__ = ["main", "run"]
 
 
 class _StartError(Exception):
@@ -71,19 +71,6 @@ def _read_environment(handlers: Mapping[str, Handler]) -> tuple[str, int | None]
         raise _StartError(f"PEPSI_DISPATCHER_ID is not an integer: {text!r}") from None
 
 
-def _graph(
-    config: Config, overlay: list[tuple[str, str, str | None]]
-) -> tuple[dict[str, tuple[str, ...]], str]:
-    """(successors by stage, name of the configuration) of ``config`` with ``overlay``."""
-    from pepsi_dispatch.config import apply_overlay
-
-    name = str(config.path) if config.path else "built-in defaults"
-    if overlay:
-        config = apply_overlay(config, overlay)
-        name += " + database overlay"
-    return {s.name: tuple(s.next) for s in config.stages.values()}, name
-
-
 def _start_facts(conn: psycopg.Connection) -> StartFacts:
     """:func:`~.facts.start_facts`, or a start error when the overlay is missing."""
     try:
@@ -100,12 +87,16 @@ def _stage_graph(
     config: Config, overlay: list[tuple[str, str, str | None]], stage: str
 ) -> StageGraph:
     """The graph from file plus overlay; a stage not in it starts nothing (EXIT_NO_STAGE)."""
-    from pepsi_dispatch.config import ConfigError
+    from pepsi_dispatch.config import ConfigError, apply_overlay
 
-    try:
-        successors, config_name = _graph(config, overlay)
-    except ConfigError as exc:
-        raise _StartError(str(exc)) from None
+    config_name = str(config.path) if config.path else "built-in defaults"
+    if overlay:
+        try:
+            config = apply_overlay(config, overlay)
+        except ConfigError as exc:
+            raise _StartError(str(exc)) from None
+        config_name += " + database overlay"
+    successors = {s.name: tuple(s.next) for s in config.stages.values()}
     if stage not in successors:
         # Every message would fail on its transition: touch none of them.
         raise _StartError(

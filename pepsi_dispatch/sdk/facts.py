@@ -23,20 +23,25 @@ __all__ = [
     "start_facts",
 ]
 
+#: SQL true when the function whose signature is ``{sig}`` exists and this role may run it.
+_CALLABLE = (
+    "to_regprocedure({sig}) IS NOT NULL"
+    " AND has_function_privilege(to_regprocedure({sig}), 'EXECUTE')"
+)
+_KINDS, _SIGNATURES = (list(c) for c in zip(*SET_BASED_FUNCTIONS.items(), strict=True))
+
 #: The overlay's rows (section, option, value) in the order stage_config()
 #: gives them, the stages with RETRY_DELAY, whether note_traceback() may be
 #: called, and the transition kinds whose set-based function may be called.
-_START_FACTS = """
+_START_FACTS = f"""
 SELECT ARRAY(SELECT ARRAY[c.section, c.option, c.value]
                FROM pepsi.stage_config() WITH ORDINALITY AS c(section, option, value, n)
               ORDER BY c.n),
        ARRAY(SELECT r.stage FROM pepsi.registered_stages() AS r
               WHERE r.retry_delay IS NOT NULL),
-       to_regprocedure(%(tb)s) IS NOT NULL
-         AND has_function_privilege(to_regprocedure(%(tb)s), 'EXECUTE'),
+       {_CALLABLE.format(sig="%(tb)s")},
        ARRAY(SELECT f.k FROM unnest(%(kinds)s::text[], %(sigs)s::text[]) AS f(k, sig)
-              WHERE to_regprocedure(f.sig) IS NOT NULL
-                AND has_function_privilege(to_regprocedure(f.sig), 'EXECUTE'))
+              WHERE {_CALLABLE.format(sig="f.sig")})
 """
 
 
@@ -61,8 +66,7 @@ def start_facts(conn: psycopg.Connection) -> StartFacts:
 
     Raises what :func:`overlay_rows` raises when the overlay cannot be read.
     """
-    kinds, signatures = zip(*SET_BASED_FUNCTIONS.items(), strict=True)
-    params = {"tb": NOTE_TRACEBACK, "kinds": list(kinds), "sigs": list(signatures)}
+    params = {"tb": NOTE_TRACEBACK, "kinds": _KINDS, "sigs": _SIGNATURES}
     try:
         row = conn.execute(_START_FACTS, params).fetchone()
     except psycopg.Error as exc:
@@ -103,11 +107,7 @@ def retry_stages(conn: psycopg.Connection) -> frozenset[str]:
 
 def may_call(conn: psycopg.Connection, signature: str) -> bool:
     """The database has the function ``signature`` and this role may run it."""
-    row = conn.execute(
-        "SELECT to_regprocedure(%s) IS NOT NULL"
-        " AND has_function_privilege(to_regprocedure(%s), 'EXECUTE')",
-        (signature, signature),
-    ).fetchone()
+    row = conn.execute("SELECT " + _CALLABLE.format(sig="%(sig)s"), {"sig": signature}).fetchone()
     return bool(row and row[0])
 
 
@@ -116,11 +116,9 @@ def set_based_kinds(conn: psycopg.Connection) -> frozenset[str]:
     may run. A worker of a newer package on a database not yet migrated (the window
     of an upgrade) then sends those transitions row by row instead of failing its
     batches."""
-    kinds, signatures = zip(*SET_BASED_FUNCTIONS.items(), strict=True)
     rows = conn.execute(
-        "SELECT k FROM unnest(%s::text[], %s::text[]) AS f(k, sig)"
-        " WHERE to_regprocedure(sig) IS NOT NULL"
-        " AND has_function_privilege(to_regprocedure(sig), 'EXECUTE')",
-        (list(kinds), list(signatures)),
+        "SELECT f.k FROM unnest(%s::text[], %s::text[]) AS f(k, sig) WHERE "
+        + _CALLABLE.format(sig="f.sig"),
+        (_KINDS, _SIGNATURES),
     ).fetchall()
     return frozenset(r[0] for r in rows)

@@ -657,7 +657,7 @@ def test_group_commit_on_a_database_without_advance_many_goes_row_by_row(
 ):
     """A newer SDK on a database not yet migrated to advance_many (an upgrade's
     window): its batches still advance, row by row, instead of failing."""
-    from pepsi_dispatch.sdk.entry import set_based_kinds
+    from pepsi_dispatch.sdk.facts import set_based_kinds
 
     conn.execute("DROP FUNCTION pepsi.advance_many(bigint[], text, text, bigint)")
     assert set_based_kinds(conn) == frozenset({"finish"})
