@@ -43,7 +43,7 @@ INF: Final = float("inf")
 #: INHAND_SIZE bytes. Its first word (INHAND_WORD: a signed 64-bit integer in
 #: the machine's byte order) is 0 while the worker does not use it,
 #: NONE_IN_HAND while no handler runs, else the id of the message whose handler
-#: runs; its second word holds capability bits (CAN_TEMPLATE).
+#: runs; its second word holds capability bits (CAN_TEMPLATE, CAN_TAKE_ROWS).
 INHAND_ENV: Final = "PEPSI_INHAND_FD"
 INHAND_WORD: Final = "=q"
 INHAND_SIZE: Final = 16
@@ -51,6 +51,15 @@ NONE_IN_HAND: Final = -1
 #: Capability bit: the program can be started as a template that forks the
 #: stage's workers on request (TEMPLATE_ENV names its socket).
 CAN_TEMPLATE: Final = 1
+#: Capability bit: the worker takes rows on its pipe. The dispatcher may then
+#: write a claimed message as one line "ID<TAB>STAGE<TAB>RETRIES<TAB>PAYLOAD<TAB>STATE"
+#: (payload and state in jsonb's text form, which holds no tab or newline)
+#: instead of the bare id, so that the worker need not read the row itself. A
+#: bare id line can still come (a row longer than ROW_LINE_MAX bytes, a claim
+#: made before the bit was seen); the answers are the same either way.
+CAN_TAKE_ROWS: Final = 2
+#: The longest row line the dispatcher writes (bytes, newline excluded).
+ROW_LINE_MAX: Final = 4096
 TEMPLATE_ENV: Final = "PEPSI_TEMPLATE_FD"
 #: Offered to an exec'd worker of a stage that has no template yet: a socket on
 #: which the worker may fork the stage's template from itself, before it connects

@@ -344,7 +344,7 @@ class Dispatcher:
         for stage in facts.claim_failed:
             self.supervisor.hold_off(stage, now, "its claim failed (see the ERROR line above)")
         if facts.claimed:
-            self.supervisor.place(facts.claimed, now, self.clock)
+            self.supervisor.place(facts.claimed, now, self.clock, facts.lines)
         self.stats_flush.run(now)
 
     def _gauges(self, now: float) -> dict[str, object]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from .loading import Loaded, load_batch, loaded_lines
+from .loading import Loaded, carries_row, load_batch
 from .pipe import parse_id
 
 __all__ = ["WITH_ROWS", "ReadAhead"]
@@ -63,7 +63,12 @@ class ReadAhead:
         in_hand = {parse_id(line) for line in self.unanswered}
         self.unanswered.extend(lines)
         self._lines = lines
-        wanted = [i for i in (parse_id(line) for line in lines) if i is not None]
+        # A row line brings its row: only bare ids are read in this statement.
+        wanted = [
+            i
+            for line, i in zip(lines, map(parse_id, lines), strict=True)
+            if i is not None and not carries_row(line)
+        ]
         if not wanted:
             self._rows = {}
             return conn.execute(query, params).fetchone()
@@ -93,6 +98,4 @@ class ReadAhead:
         self._lines, self._rows = [], None
         if not lines:
             return []
-        if rows is None:
-            return load_batch(conn, lines)
-        return loaded_lines(lines, rows)
+        return load_batch(conn, lines, read=rows)

@@ -12,7 +12,8 @@ machine's byte order:
 
 A slot of 16 bytes or more has a second integer: what else the worker can
 do, as bits (:data:`CAN_TEMPLATE`: serve as a template process that forks
-the stage's next workers, see ``template.py``).
+the stage's next workers, see ``template.py``; :data:`CAN_TAKE_ROWS`: read a
+claimed row on its input line instead of loading it, see ``loading.py``).
 
 A store of an aligned 8-byte integer is one instruction, so whatever kills the
 worker (a signal, the OOM killer, ``os._exit``), the dispatcher reads after its
@@ -26,7 +27,13 @@ import mmap
 import os
 import struct
 
-from pepsi_dispatch.contract import CAN_TEMPLATE, INHAND_ENV, INHAND_WORD, NONE_IN_HAND
+from pepsi_dispatch.contract import (
+    CAN_TAKE_ROWS,
+    CAN_TEMPLATE,
+    INHAND_ENV,
+    INHAND_WORD,
+    NONE_IN_HAND,
+)
 
 __all__ = ["InHand", "announce_template", "from_environment"]
 
@@ -83,7 +90,8 @@ def from_environment() -> InHand:
     if size < SIZE:
         return InHand(None)
     if size >= 2 * SIZE:
-        struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE)
+        # The SDK's runner reads row lines as well as bare ids (loading.py).
+        struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE | CAN_TAKE_ROWS)
     return InHand(slot)
 
 
@@ -97,7 +105,8 @@ def announce_template() -> bool:
         if os.fstat(fd).st_size < 2 * SIZE:
             return False
         with mmap.mmap(fd, 2 * SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as slot:
-            struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE)
+            (bits,) = struct.unpack_from(_FORMAT, slot, SIZE)
+            struct.pack_into(_FORMAT, slot, SIZE, bits | CAN_TEMPLATE)
     except (OSError, ValueError):
         return False
     return True

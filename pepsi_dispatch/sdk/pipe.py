@@ -41,9 +41,10 @@ def exc_reason(exc: BaseException) -> str:
 
 
 def parse_id(line: bytes) -> int | None:
-    """The message id on an input line, or None for garbage."""
+    """The message id on an input line (a bare id, or the first field of a row
+    line: ``CAN_TAKE_ROWS`` in pepsi_dispatch/contract.py), or None for garbage."""
     try:
-        return int(line.strip())
+        return int(line.partition(b"\t")[0].strip())
     except ValueError:
         return None
 

@@ -19,7 +19,7 @@ from .adapters import Ids
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
-from .loading import RELOAD, Loaded, load_batch, loaded_lines, parse_ids, split_runs
+from .loading import RELOAD, Loaded, carries_row, load_batch, parse_ids, split_runs
 from .pipe import LineReader, one_line, write_answers
 from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
@@ -184,7 +184,7 @@ class StageRunner:
         while todo:
             for loaded in todo:
                 if loaded.row is RELOAD:  # a second copy: read after the first committed
-                    loaded = load_batch(conn, [loaded.line])[0]
+                    loaded = load_batch(conn, [loaded.line], use_lines=False)[0]
                 scope = Scope(conn, ahead=ahead)
                 self.in_hand.hold(loaded.message_id)
                 answer = self.dispatch.process(loaded, scope, attempt)
@@ -257,27 +257,33 @@ class StageRunner:
         ids: list[int | None] | None = None,
     ) -> list[Loaded]:
         """The lines with their rows (``ids``: theirs, parsed here if not given):
-        read ahead with the last commit when every id was (once, and not after a
-        lost connection), else loaded now."""
+        from row lines, or read ahead with the last commit, when every id was
+        (once, and not after a lost connection), else loaded now. After a lost
+        connection every row is loaded again (it may have moved since)."""
         if ids is None:
             ids = parse_ids(lines)
+        first = attempt is Attempt.FIRST
         rows = self._ahead_rows
         wanted = {i for i in ids if i is not None}
-        if rows is not None and attempt is Attempt.FIRST and wanted <= self._ahead_ids:
+        if rows is not None and first and wanted <= self._ahead_ids:
             self._ahead_rows = None  # each row read ahead is used once
-            return loaded_lines(lines, rows, ids)
-        return load_batch(conn, lines, ids)
+            return load_batch(conn, lines, ids, read=rows)
+        return load_batch(conn, lines, ids, use_lines=first)
 
     def _read_ahead(self, batch: GroupBatch) -> None:
         """Take the id lines waiting on stdin (if none are taken yet), for the
         batch's commit to load their rows in its round trip."""
         if self._ahead_lines:
             return
-        self._ahead_lines = self.reader.ready()
-        self._ahead_line_ids = parse_ids(self._ahead_lines)
-        ids = Ids(i for i in self._ahead_line_ids if i is not None)
-        self._ahead_ids = set(ids)
-        batch.read_ahead = ids
+        self._ahead_lines = lines = self.reader.ready()
+        self._ahead_line_ids = line_ids = parse_ids(lines)
+        self._ahead_ids = {i for i in line_ids if i is not None}
+        # A row line brings its row: only bare ids are read with the commit.
+        batch.read_ahead = Ids(
+            i
+            for line, i in zip(lines, line_ids, strict=True)
+            if i is not None and not carries_row(line)
+        )
 
     def _group_messages(
         self, loaded: list[Loaded], batch: GroupBatch, attempt: Attempt

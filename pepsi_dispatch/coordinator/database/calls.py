@@ -39,6 +39,11 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pepsi_dispatch.backoff import Backoff
+from pepsi_dispatch.coordinator.database.claim_sql import (
+    ClaimArgs,
+    ClaimStatement,
+    has_claim_lines,
+)
 from pepsi_dispatch.coordinator.database.results import (
     Requeue,
     RoundTripResult,
@@ -54,9 +59,6 @@ T = TypeVar("T")
 #: Arguments of ``pepsi.requeue_due``: EXPIRY in seconds (None: never). The
 #: retry policy is the stage registry's (pepsi.stages), not an argument.
 RequeueArgs = tuple[float | None]
-#: Arguments of ``pepsi.claim``: stages, their capacities, the claim floors
-#: (aligned with the stages; None: unbounded).
-ClaimArgs = tuple[list[str], list[int], list[int | None] | None]
 
 #: Key of the advisory lock that marks "a dispatcher serves this database".
 #: Exclusive for a single dispatcher, shared for competing replicas, so the two
@@ -118,27 +120,6 @@ SQL_REGISTER_STAGES: Final = (
 SQL_CHECK_ANSWERED: Final = (
     "SELECT workqueue_id, stage FROM pepsi.check_answered(%s::bigint, %s::bigint[])"
 )
-# A single dispatcher's claim commits without waiting for its WAL flush
-# (synchronous_commit off for that transaction alone): a claim lost to a server
-# crash leaves its rows pending, never half-claimed, and every later synchronous
-# commit -- the worker's answer above all -- flushes it first. The dispatcher
-# notices a server restart at reconnect and stops every worker
-# (coordinator/comeback.py). Competing replicas claim synchronously: another
-# replica could take a lost claim's rows before we reconnect and stop ours.
-SQL_CLAIM: Final = (  # workqueue_id, stage, priority
-    "SELECT * FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[])"
-)
-#: The answer checks, then the claim, as ONE statement instead of a pipeline of
-#: two (a busy stage's usual wake); they touch disjoint rows (running, pending).
-SQL_CHECK_AND_CLAIM: Final = (
-    "SELECT a.workqueue_id, a.stage, NULL::integer AS priority, true AS checked"
-    " FROM pepsi.check_answered(%s::bigint, %s::bigint[]) AS a"
-    " UNION ALL SELECT c.*, false FROM ({claim}) AS c"
-)
-SQL_CLAIM_NO_FLUSH_WAIT: Final = (
-    "SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS async_commit,"
-    " pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[]) AS c"
-)
 # statement_timestamp() comes along so the next-due timer is computed on the
 # database's clock, immune to skew between this host and the server. A row
 # paused until 'infinity' is never due: no timer (subtracting it would raise
@@ -194,6 +175,18 @@ def rerun_on_conflict(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
     raise AssertionError("unreachable")
 
 
+def _errors_args(
+    dispatcher_id: int, failures: Sequence[tuple[int, str, str]]
+) -> tuple[int, list[int], list[str], list[str]]:
+    """``pepsi.record_dispatch_error``'s arguments for (id, status, reason) triples."""
+    return (
+        dispatcher_id,
+        [e[0] for e in failures],
+        [e[1] for e in failures],
+        [e[2] for e in failures],
+    )
+
+
 class Database:
     """The dispatcher's two connections and its ``pepsi.*`` calls."""
 
@@ -202,10 +195,8 @@ class Database:
         self.competing = competing
         self.listen: psycopg.Connection | None = None
         self.work: psycopg.Connection | None = None
-        #: the claim statement: no wait for its WAL flush unless competing.
-        self.claim_sql = SQL_CLAIM if competing else SQL_CLAIM_NO_FLUSH_WAIT
-        #: the answer checks and that claim in one statement
-        self.check_and_claim_sql = SQL_CHECK_AND_CLAIM.format(claim=self.claim_sql)
+        #: the claim's statements (pepsi.claim_lines once the schema is known to have it)
+        self.claiming = ClaimStatement(competing, lines=False)
         #: the server's start and crash-restart times, read at each connect of
         #: the work connection (None before the first).
         self.server_epoch: tuple[str, str] | None = None
@@ -243,6 +234,7 @@ class Database:
         self.work.execute(SQL_SESSION_TIMEOUTS)
         row = self.work.execute(SQL_SERVER_EPOCH).fetchone()
         self.server_epoch = (row[0], row[1]) if row else None
+        self.claiming = ClaimStatement(self.competing, has_claim_lines(self.work))
 
     @staticmethod
     def _dead(conn: psycopg.Connection | None) -> bool:
@@ -474,14 +466,7 @@ class Database:
     def record_errors(self, dispatcher_id: int, failures: Sequence[tuple[int, str, str]]) -> int:
         """``pepsi.record_dispatch_error`` for (id, status, reason) triples, alone."""
         n = self._scalar(
-            SQL_RECORD_ERRORS,
-            (
-                dispatcher_id,
-                [e[0] for e in failures],
-                [e[1] for e in failures],
-                [e[2] for e in failures],
-            ),
-            "record_dispatch_error",
+            SQL_RECORD_ERRORS, _errors_args(dispatcher_id, failures), "record_dispatch_error"
         )
         return int(n or 0)
 
@@ -502,35 +487,40 @@ class Database:
         stages: Sequence[str],
         caps: Sequence[int],
         after_ids: Sequence[int | None] | None,
-    ) -> tuple[list[tuple[int, str]], list[int]]:
-        """``pepsi.claim`` alone: (id, stage) of the claimed rows; ids of priority != 0."""
+        line_limits: Sequence[int] | None = None,
+    ) -> tuple[list[tuple[int, str]], list[int], dict[int, str]]:
+        """The claim alone: (id, stage) of the claimed rows; ids of priority != 0;
+        the rows returned as workers' lines, by id (``line_limits``: each stage's
+        longest line in bytes, aligned with ``stages``; None or 0: bare ids)."""
         work = self.work
         assert work is not None
-        args = self._claim_args(dispatcher_id, stages, caps, after_ids)
-        return rerun_on_conflict(lambda: claimed_rows(work.execute(self.claim_sql, args)), "claim")
-
-    def _claim_args(
-        self, dispatcher_id: int, stages: Sequence[str], caps: Sequence[int], after_ids: Any
-    ) -> tuple[Any, ...]:
-        bounds = None if after_ids is None else int_array(after_ids)
-        return (dispatcher_id, list(stages), int_array(caps), self.competing, bounds)
+        claiming = self.claiming
+        args = claiming.args(dispatcher_id, stages, caps, after_ids, line_limits)
+        return rerun_on_conflict(lambda: claimed_rows(work.execute(claiming.sql, args)), "claim")
 
     def _check_and_claim(
-        self, dispatcher_id: int, answered: Sequence[int], claim: ClaimArgs
+        self,
+        dispatcher_id: int,
+        answered: Sequence[int],
+        claim: ClaimArgs,
+        line_limits: Sequence[int] | None,
     ) -> RoundTripResult:
         """The answer checks and the claim in one statement (no pipeline)."""
         work = self.work
         assert work is not None
-        args = (dispatcher_id, int_array(answered), *self._claim_args(dispatcher_id, *claim))
+        claiming = self.claiming
+        claim_args = claiming.args(dispatcher_id, *claim, line_limits)
+        args = (dispatcher_id, int_array(answered), *claim_args)
 
         def run() -> RoundTripResult:
-            rows = work.execute(self.check_and_claim_sql, args).fetchall()
-            claimed = [r for r in rows if not r[3]]
+            rows = work.execute(claiming.with_checks, args).fetchall()
+            claimed = [r for r in rows if not r[4]]
             return RoundTripResult(
-                left_running=[(r[0], r[1]) for r in rows if r[3]],
+                left_running=[(r[0], r[1]) for r in rows if r[4]],
                 requeue=None,
                 claimed=[(r[0], r[1]) for r in claimed],
                 off_floor=[r[0] for r in claimed if r[2]],
+                lines={r[0]: r[3] for r in claimed if r[3] is not None},
             )
 
         return rerun_on_conflict(run, "round trip")
@@ -543,6 +533,7 @@ class Database:
         answered: Sequence[int],
         requeue: RequeueArgs | None,
         claim: ClaimArgs | None,
+        line_limits: Sequence[int] | None = None,
     ) -> RoundTripResult:
         """One wake's writes and claim, pipelined: all or nothing.
 
@@ -550,7 +541,8 @@ class Database:
         ``answered`` -- ids answered ``0``, for ``pepsi.check_answered``;
         ``requeue`` -- arguments of ``pepsi.requeue_due`` or None;
         ``claim`` -- (stages, caps, after_ids: the claim floors, aligned with
-        stages, None for no bound) for ``pepsi.claim`` or None. Order matters:
+        stages, None for no bound) for ``pepsi.claim`` or None; ``line_limits`` --
+        each claimed stage's longest worker line (see :meth:`claim`). Order matters:
         failures and checks first, so the claim never sees a row still settling.
         """
         work = self.work
@@ -560,30 +552,25 @@ class Database:
             # answer checks: one plain statement instead of a pipeline's Bind, Sync
             # and Flush sent apart (0.37 ms less per wake: docs/BENCHMARKS.md).
             if answered:
-                return self._check_and_claim(dispatcher_id, answered, claim)
-            return RoundTripResult([], None, *self.claim(dispatcher_id, *claim))
+                return self._check_and_claim(dispatcher_id, answered, claim, line_limits)
+            claimed, off_floor, lines = self.claim(dispatcher_id, *claim, line_limits)
+            return RoundTripResult([], None, claimed, off_floor, lines=lines)
 
         def run() -> RoundTripResult:
             c_err = c_chk = c_req = c_claim = None
             with work.pipeline():
                 if failures:
-                    c_err = work.execute(
-                        SQL_RECORD_ERRORS,
-                        (
-                            dispatcher_id,
-                            [e[0] for e in failures],
-                            [e[1] for e in failures],
-                            [e[2] for e in failures],
-                        ),
-                    )
+                    c_err = work.execute(SQL_RECORD_ERRORS, _errors_args(dispatcher_id, failures))
                 if answered:
                     c_chk = work.execute(SQL_CHECK_ANSWERED, (dispatcher_id, int_array(answered)))
                 if requeue is not None:
                     c_req = work.execute(SQL_REQUEUE_DUE, requeue)
                 if claim is not None:
-                    c_claim = work.execute(self.claim_sql, self._claim_args(dispatcher_id, *claim))
+                    c_claim = work.execute(
+                        self.claiming.sql, self.claiming.args(dispatcher_id, *claim, line_limits)
+                    )
             retried: list[tuple[int, str, str, str]] = []
-            claimed, off_floor = claimed_rows(c_claim) if c_claim else ([], [])
+            claimed, off_floor, lines = claimed_rows(c_claim) if c_claim else ([], [], {})
             if c_err is not None:
                 paused = {r[0]: r[1] for r in c_err.fetchall() if r[2] == "paused"}
                 retried = [(e[0], paused[e[0]], e[1], e[2]) for e in failures if e[0] in paused]
@@ -593,6 +580,7 @@ class Database:
                 claimed=claimed,
                 retried=retried,
                 off_floor=off_floor,
+                lines=lines,
             )
 
         return rerun_on_conflict(run, "round trip")

@@ -150,7 +150,8 @@ class Isolation:
         """(id, stage) of the rows claimed, and the ids among them of priority not 0."""
         stages, caps, after_ids = claim
         try:
-            return self.db.claim(self.fence.id, stages, caps, after_ids)
+            claimed, off_floor, _ = self.db.claim(self.fence.id, stages, caps, after_ids)
+            return claimed, off_floor
         except psycopg.Error as exc:
             if not self.poisoned(exc):
                 raise
@@ -159,7 +160,7 @@ class Isolation:
         for i, stage in enumerate(stages):
             after = None if after_ids is None else [after_ids[i]]
             try:
-                claimed, off = self.db.claim(self.fence.id, [stage], [caps[i]], after)
+                claimed, off, _ = self.db.claim(self.fence.id, [stage], [caps[i]], after)
                 out.extend(claimed)
                 off_floor.extend(off)
             except psycopg.Error as exc:

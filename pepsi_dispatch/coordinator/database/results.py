@@ -32,16 +32,24 @@ class RoundTripResult:
     claimed: list[tuple[int, str]]
     #: claimed ids of priority != 0: claim floors bound priority-0 rows only.
     off_floor: list[int] = field(default_factory=list)
+    #: claimed rows as workers' lines (``pepsi.claim_lines``), by id; an id
+    #: without one is handed as the bare id.
+    lines: dict[int, str] = field(default_factory=dict)
     #: failures record_dispatch_error paused for an automatic retry instead of
     #: failing: (id, stage, status, reason) of the ``failures`` entries it retried.
     retried: list[tuple[int, str, str, str]] = field(default_factory=list)
 
 
-def claimed_rows(cur: Any) -> tuple[list[tuple[int, str]], list[int]]:
-    """Claim rows (id, stage, priority) -> (id, stage) pairs, ids of priority not 0
-    (a schema before claim v5 returns no priority: all are 0)."""
+def claimed_rows(cur: Any) -> tuple[list[tuple[int, str]], list[int], dict[int, str]]:
+    """Claim rows (id, stage, priority[, line]) -> (id, stage) pairs, ids of
+    priority not 0 (a schema before claim v5 returns no priority: all are 0),
+    and the lines by id (``pepsi.claim_lines``; none from ``pepsi.claim``)."""
     rows = cur.fetchall()
-    return [(r[0], r[1]) for r in rows], [r[0] for r in rows if len(r) > 2 and r[2]]
+    return (
+        [(r[0], r[1]) for r in rows],
+        [r[0] for r in rows if len(r) > 2 and r[2]],
+        {r[0]: r[3] for r in rows if len(r) > 3 and r[3] is not None},
+    )
 
 
 def requeue_row(row: Any) -> Requeue:

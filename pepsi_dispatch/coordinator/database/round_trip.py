@@ -47,6 +47,8 @@ class Plan:
     owed: OwedWrites
     requeue: RequeueArgs | None = None
     claim: ClaimArgs | None = None
+    #: each claimed stage's longest worker line (aligned with the claim's stages)
+    line_limits: list[int] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.owed) or self.requeue is not None or self.claim is not None
@@ -61,6 +63,11 @@ class StageRoom(Protocol):
 
     def has_room(self, now: float) -> bool: ...
 
+    def line_limits(self, stages: list[str]) -> list[int]:
+        """For each stage, the longest line (bytes) its workers take a claimed
+        row as, instead of the bare id; 0: bare ids only."""
+        ...
+
 
 @dataclass
 class RoundTripFacts:
@@ -70,6 +77,8 @@ class RoundTripFacts:
 
     claimed: list[tuple[int, str]] = field(default_factory=list)
     claim_failed: list[str] = field(default_factory=list)
+    #: claimed rows as workers' lines, by id (see RoundTripResult.lines)
+    lines: dict[int, str] = field(default_factory=dict)
 
 
 class RoundTrip:
@@ -128,6 +137,7 @@ class RoundTrip:
                 # A requeue in the same round trip may make low ids pending just before
                 # the claim: that claim goes unbounded (about once a second when busy).
                 plan.claim = (stages, caps, ledger.claim_bounds(stages, requeue is not None))
+                plan.line_limits = self.rooms.line_limits(stages)
         return plan
 
     def due(self, now: float, shutting_down: bool) -> bool:
@@ -172,7 +182,12 @@ class RoundTrip:
             ledger.released()
             t0 = self.clock()
             result = self.db.round_trip(
-                self.fence.id, owed.failures, owed.checks, plan.requeue, plan.claim
+                self.fence.id,
+                owed.failures,
+                owed.checks,
+                plan.requeue,
+                plan.claim,
+                plan.line_limits,
             )
             self.stats.round_trip(self.clock() - t0, plan.claim is not None)
         except psycopg.Error as exc:
@@ -191,6 +206,7 @@ class RoundTrip:
         self.link.worked()
         self._after(result, now)
         facts.claimed = result.claimed
+        facts.lines = result.lines
         return facts
 
     def _after(self, result: RoundTripResult, now: float) -> None:

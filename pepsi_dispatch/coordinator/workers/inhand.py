@@ -14,7 +14,13 @@ import mmap
 import os
 import struct
 
-from pepsi_dispatch.contract import CAN_TEMPLATE, INHAND_SIZE, INHAND_WORD, NONE_IN_HAND
+from pepsi_dispatch.contract import (
+    CAN_TAKE_ROWS,
+    CAN_TEMPLATE,
+    INHAND_SIZE,
+    INHAND_WORD,
+    NONE_IN_HAND,
+)
 
 __all__ = ["InHandSlot"]
 
@@ -61,6 +67,11 @@ class InHandSlot:
     def can_template(self) -> bool:
         """Did the worker say its program can be started as a template?"""
         return bool(self._word(1) & CAN_TEMPLATE)
+
+    @property
+    def takes_rows(self) -> bool:
+        """Did the worker say it takes claimed rows on its pipe (CAN_TAKE_ROWS)?"""
+        return bool(self._word(1) & CAN_TAKE_ROWS)
 
     def close(self) -> None:
         """Unmap the slot and close the descriptor if still ours."""

@@ -288,15 +288,21 @@ class WorkerProcess:
         self.stdout_fd = None
 
     # -- ids ------------------------------------------------------------------
-    def give(self, ids: list[int], now: float) -> None:
-        """Append ``ids`` to the pipeline: one write of ``"id\\n"`` lines."""
+    def give(self, ids: list[int], now: float, lines: Mapping[int, str] | None = None) -> None:
+        """Append ``ids`` to the pipeline: one write of ``"id\\n"`` lines, or of
+        the row lines of ``lines`` for the ids that have one (a worker that
+        takes rows on its pipe: see ``CAN_TAKE_ROWS``)."""
         if not self.inflight:
             self.head_since = now
         if not self.first_given:
             self.first_given = now
         self.inflight.extend(ids)
         self.sent += len(ids)
-        data = ("\n".join(map(str, ids)) + "\n").encode()
+        if lines:
+            text = "\n".join([lines.get(i) or str(i) for i in ids])
+        else:
+            text = "\n".join(map(str, ids))
+        data = (text + "\n").encode()
         if self.outbuf:
             self.outbuf += data
         else:

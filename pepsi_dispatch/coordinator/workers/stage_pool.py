@@ -83,6 +83,9 @@ class StagePool:
         #: they can have one; tried at most once per pool (a reload makes a new pool).
         self.template: TemplateProcess | None = None
         self.template_tried = False
+        #: a worker of this stage said it takes claimed rows on its pipe: the
+        #: claim returns this stage's rows as lines (Supervisor.line_limits)
+        self.takes_rows = False
         #: when the template was last offered to an exec'd worker (monotonic), and
         #: that worker's pid (None: the offer is not out, or its worker did not start)
         self.offered_at = 0.0

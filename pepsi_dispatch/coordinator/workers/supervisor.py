@@ -18,9 +18,10 @@ import logging
 import os
 import selectors
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pepsi_dispatch.config import Config, DispatchConfig
+from pepsi_dispatch.contract import ROW_LINE_MAX
 from pepsi_dispatch.coordinator.checks import program_problem
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger, ids_text
@@ -139,6 +140,19 @@ class Supervisor:
 
     def has_room(self, now: float) -> bool:
         return any(p.capacity(now) > 0 for p in self.pools.values())
+
+    def line_limits(self, stages: list[str]) -> list[int]:
+        """For each stage, ROW_LINE_MAX once a worker of it said it takes rows on
+        its pipe (the claim then returns rows as lines), else 0 (bare ids)."""
+        return [ROW_LINE_MAX if self._takes_rows(stage) else 0 for stage in stages]
+
+    def _takes_rows(self, stage: str) -> bool:
+        pool = self.pools.get(stage)
+        if pool is None:
+            return False
+        if not pool.takes_rows:
+            pool.takes_rows = any(w.slot.takes_rows for w in pool.workers)
+        return pool.takes_rows
 
     def hold_off(self, stage: str, now: float, why: str) -> None:
         """Claim nothing for ``stage`` for a while (its cooldown), saying ``why``."""
@@ -343,10 +357,16 @@ class Supervisor:
         self.spawn(pool, now, spare=True)
 
     def place(
-        self, claimed: list[tuple[int, str]], now: float, spawn_now: Callable[[], float]
+        self,
+        claimed: list[tuple[int, str]],
+        now: float,
+        spawn_now: Callable[[], float],
+        lines: Mapping[int, str] | None = None,
     ) -> int:
         """Hand claimed ids to workers, one write per worker; release what finds
-        no place. ``spawn_now`` reads the clock for a spawn. Returns ids handed out."""
+        no place. ``spawn_now`` reads the clock for a spawn; ``lines``: claimed
+        rows as lines, by id, for the workers that take rows on their pipe.
+        Returns ids handed out."""
         by_stage: dict[str, list[int]] = {}
         for message_id, stage in claimed:
             by_stage.setdefault(stage, []).append(message_id)
@@ -366,7 +386,7 @@ class Supervisor:
                 # advanced the row to itself): then `w` holds the id twice and only
                 # its last answer lets go of it.
                 self.ledger.hand(batch, w)
-                w.give(batch, now)
+                w.give(batch, now, lines if lines and w.slot.takes_rows else None)
                 if w.outbuf and w.stdin_fd is not None:
                     try:
                         self.sel.register(

@@ -188,6 +188,7 @@ def test_head_base_head_leaves_no_stray_objects(empty_dsn: str) -> None:
 def test_offline_sql_script_matches_the_online_migration(tmp_path: Path) -> None:
     """`alembic upgrade head --sql` gives DBAs a script psql can apply."""
     out = alembic("postgresql:///unused", "upgrade", "head", "--sql")
-    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 8  # v1 .. v8
+    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 9  # v1 .. v9
+    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim_lines(") == 1
     assert "DROP FUNCTION pepsi.claim(bigint, text[], integer[], boolean)" in out
     assert "CREATE SCHEMA pepsi;" in out

@@ -140,6 +140,10 @@ class RowsConn(FakeConn):
     def __init__(self, result: bool = True, fail_ahead: bool = False) -> None:
         super().__init__(result)
         self.fail_ahead = fail_ahead
+        # What row lines are decoded with (sdk/loading.py): psycopg's own jsonb loader.
+        self.info.encoding = "utf-8"
+        self.adapters = psycopg.adapters
+        self.connection = None
 
     def execute(self, sql: str, params: Any = None) -> FakeCursor:
         if sql == GET_MESSAGES:

@@ -43,6 +43,8 @@ Every message is logged to --log FILE (appended, one line each, so it survives k
   QUEUE <pid> <n>                       n = ids written to this worker but not yet answered
                                         (sampled just before each answer, when it is largest)
   SPAWN <pid> <stage> <dispatcher_id> <argv...> / EXIT <pid> <reason>
+  ROW <id> <pid> <hex>                  with --take-rows: an input line that carried its row
+                                        (the line's bytes in hex), logged with its RECV
 time_ns is CLOCK_MONOTONIC (one clock for all processes of the machine).
 """
 
@@ -50,8 +52,10 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import mmap
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -88,7 +92,10 @@ class Input:
         *complete, self.buf = self.buf.split(b"\n")
         now = time.monotonic_ns()
         for line in complete:
-            log("RECV", line.decode(errors="replace").strip() or "-", os.getpid(), STAGE, now)
+            wq_id = line.partition(b"\t")[0].decode(errors="replace").strip() or "-"
+            log("RECV", wq_id, os.getpid(), STAGE, now)
+            if b"\t" in line:
+                log("ROW", wq_id, os.getpid(), line.hex())
         self.lines.extend(complete)
 
     def drain(self) -> None:
@@ -159,6 +166,16 @@ def actions_for(payload: dict) -> list[str]:
     return list(spec)
 
 
+def take_rows() -> None:
+    """Say, in the capability word of the in-hand slot the dispatcher offers, that
+    this worker takes rows on its pipe (CAN_TAKE_ROWS = 2, the slot's second
+    native 64-bit word: pepsi_dispatch/contract.py)."""
+    fd = int(os.environ["PEPSI_INHAND_FD"])
+    with mmap.mmap(fd, 16) as slot:
+        (bits,) = struct.unpack_from("=q", slot, 8)
+        struct.pack_into("=q", slot, 8, bits | 2)
+
+
 def main() -> int:
     global _log_fd
     parser = argparse.ArgumentParser()
@@ -169,6 +186,9 @@ def main() -> int:
         type=float,
         default=0.0,
         help="seconds to sleep before reading stdin (a slow start)",
+    )
+    parser.add_argument(
+        "--take-rows", action="store_true", help="take claimed rows on the pipe (ROW log lines)"
     )
     parser.add_argument("-c", dest="config")
     parser.add_argument("command", nargs="?")
@@ -195,6 +215,8 @@ def main() -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
+    if args.take_rows:
+        take_rows()
 
     conn = DB()
     conn.query("SELECT 1")
@@ -205,7 +227,7 @@ def main() -> int:
         if line is None:
             break
         busy = True
-        wq_id = int(line.strip())
+        wq_id = int(line.partition(b"\t")[0].strip())
         mono = time.monotonic_ns
         log("START", wq_id, os.getpid(), STAGE, mono())
         row = conn.query(

@@ -7,10 +7,11 @@ payload = {"plan": {STAGE: STEP, ...}} with STEP one of
   {"op": "kill"} (SIGKILLs its own process)
   ("raise" with "below": N raises only while msg.retries < N, then finishes)
 and optional keys: "print": text (written with print()), "sleep": seconds,
-"state": {...} (merged into msg.state), "append": value (appended in place to
-msg.state["log"]), "unjson": true (a set in msg.state), "nul": true (a string with a NUL in
-msg.state: its set_state fails in the database), "insert": text (row in public.sdk_log
-through msg.db, in the message's transaction).
+"state": {...} (merged into msg.state), "echo": true (what the handler saw of the
+message -- payload, retries, stage, state -- into msg.state["echo"]), "append": value
+(appended in place to msg.state["log"]), "unjson": true (a set in msg.state), "nul": true
+(a string with a NUL in msg.state: its set_state fails in the database), "insert": text
+(row in public.sdk_log through msg.db, in the message's transaction).
 Usage: sdk_scripted_worker.py [--group-commit | --default-commit] [--stages a,b,c]
   [--log PATH] [-c CONFIG] worker
 """
@@ -47,6 +48,9 @@ def step_of(msg: Message):
         print(step["print"])
     if "sleep" in step:
         time.sleep(step["sleep"])
+    if step.get("echo"):
+        seen = {"payload": msg.payload, "retries": msg.retries, "stage": msg.stage}
+        msg.state["echo"] = {**seen, "state": dict(msg.state)}
     if "state" in step:
         msg.state.update(step["state"])
     msg.state.setdefault("seen", [])
