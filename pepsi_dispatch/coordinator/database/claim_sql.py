@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from psycopg import errors as pgerrors
+
 from pepsi_dispatch.coordinator.database.sqlarray import int_array
 
 __all__ = ["ClaimArgs", "ClaimStatement", "has_claim_lines"]
@@ -96,6 +98,11 @@ class ClaimStatement:
 
 
 def has_claim_lines(conn: Any) -> bool:
-    """Has the schema ``pepsi.claim_lines`` (migration 0026), and may this role run it?"""
-    row = conn.execute(SQL_HAS_CLAIM_LINES, {"f": CLAIM_LINES_SIGNATURE}).fetchone()
+    """Has the schema ``pepsi.claim_lines`` (migration 0026), and may this role run it?
+    (A role without USAGE on the schema gets False here: start-up then tells
+    what to grant.)"""
+    try:
+        row = conn.execute(SQL_HAS_CLAIM_LINES, {"f": CLAIM_LINES_SIGNATURE}).fetchone()
+    except pgerrors.InsufficientPrivilege:
+        return False
     return bool(row and row[0])
