@@ -37,6 +37,7 @@ DISPATCHER_FUNCTIONS = (
     "heartbeat",
     "unregister_dispatcher",
     "claim",
+    "claim_lines",
     "requeue_due",
     "reset_orphans",
     "release",
