@@ -22,16 +22,37 @@ RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60")
 Connect = Callable[[], psycopg.Connection]
 
 
-def connector(dsn: str, stage: str) -> Connect:
+def connector(dsn: str, stage: str, timeout: int | None = None) -> Connect:
     """How this stage's worker connects: autocommit, named after the stage, with
-    the SDK's faster adapters (:func:`~.adapters.use_fast_adapters`)."""
+    the SDK's faster adapters (:func:`~.adapters.use_fast_adapters`); with
+    ``timeout``, waiting at most that many seconds for the server (or the
+    DSN's own ``connect_timeout`` when it is smaller)."""
+    options: dict[str, object] = {}
+    if timeout is not None:
+        options["connect_timeout"] = _capped_timeout(dsn, timeout)
 
     def connect() -> psycopg.Connection:
-        conn = psycopg.connect(dsn, autocommit=True, application_name=f"pepsi-worker {stage}")
+        conn = psycopg.connect(
+            dsn, autocommit=True, application_name=f"pepsi-worker {stage}", **options
+        )
         use_fast_adapters(conn)
         return conn
 
     return connect
+
+
+def _capped_timeout(dsn: str, cap: int) -> int:
+    """``cap``, or the DSN's (or PGCONNECT_TIMEOUT's) positive connect_timeout if smaller."""
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn).get("connect_timeout")
+    except psycopg.Error:
+        given = None
+    given = given or os.environ.get("PGCONNECT_TIMEOUT")
+    try:
+        value = int(str(given)) if given is not None else 0
+    except ValueError:
+        value = 0
+    return min(cap, value) if value > 0 else cap
 
 
 class ConnectionHolder:

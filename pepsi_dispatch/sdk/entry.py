@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
+import io
 import os
 import sys
 import threading
@@ -18,6 +20,7 @@ from pepsi_dispatch.contract import EXIT_NO_STAGE
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
 from .facts import StartFacts, start_facts
 from .inhand import InHand, from_environment
+from .lending import Lender, give_back, loan_in_hand
 from .message import Handler
 from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
@@ -139,18 +142,28 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
     stage, dispatcher_id = _read_environment(handlers)
     in_hand = from_environment()
     answer_fd, input_fd = protect_stdio()
+    loan = loan_in_hand()  # forked by the stage's template: its configuration and a session
     try:
-        config = load_config(args.config)
+        config = loan.config if loan is not None else load_config(args.config)
     except ConfigError as exc:
         raise _StartError(str(exc)) from None
     connect = connector(os.environ.get("PEPSI_DSN") or config.dsn, stage)
     try:
-        connection = ConnectionHolder(connect(), connect)
+        lent = loan.conn if loan is not None else None
+        connection = ConnectionHolder(lent if lent is not None else connect(), connect)
     except psycopg.Error as exc:
         print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
         return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
+    status = 1
     try:
-        facts = _start_facts(connection.conn)
+        try:
+            facts = _start_facts(connection.conn)
+        except psycopg.OperationalError:
+            if lent is None:
+                raise
+            # the lent session died while it waited (the server ended it): a new one
+            connection.conn = connect()
+            facts = _start_facts(connection.conn)
         graph = _stage_graph(config, facts.overlay, stage)
         dispatch = HandlerDispatch(
             handlers, stage, graph, Statements(dispatcher_id), facts.retry_stages
@@ -160,9 +173,40 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd, in_hand)
         if mode is CommitMode.GROUP:
             runner.set_based = facts.set_based
-        return _serve(runner)
+        status = _serve(runner)
+        return status
     finally:
-        connection.close()
+        # Ending normally, the session goes back to the template that lent it
+        # (reset), for the next worker; otherwise it is closed.
+        if status != 0 or not give_back(connection.conn):
+            connection.close()
+
+
+def _template_lender(argv: list[str]) -> Lender | None:
+    """In the stage's template: what lends database sessions to the workers it
+    forks (sdk/lending.py), with the configuration they would each read; None
+    when lending is switched off (``PEPSI_WORKER_LEND_SESSIONS=0``) or the
+    configuration cannot be read here (each worker then reports it)."""
+    from pepsi_dispatch.config import ConfigError, load_config
+
+    stage = os.environ.get("PEPSI_STAGE", "")
+    if not stage or os.environ.get(LEND_ENV, "1").strip() == "0":
+        return None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = _parse_argv(argv)
+        config = load_config(args.config)
+    except (SystemExit, ConfigError, OSError):
+        return None
+    dsn = os.environ.get("PEPSI_DSN") or config.dsn
+    return Lender(connector(dsn, stage, LEND_CONNECT_TIMEOUT), config)
+
+
+#: ``PEPSI_WORKER_LEND_SESSIONS=0``: the template lends no sessions (each worker connects).
+LEND_ENV = "PEPSI_WORKER_LEND_SESSIONS"
+#: The template waits at most this long for a new connection (seconds; the
+#: dispatcher waits for the fork meanwhile). A DSN's own smaller timeout wins.
+LEND_CONNECT_TIMEOUT = 2
 
 
 def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:
@@ -172,7 +216,7 @@ def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[
     the dispatcher's request instead; each forked worker goes on here."""
     import pepsi_dispatch.config  # noqa: F401 - what every worker reads first, imported before a template forks
 
-    status = serve_if_asked()
+    status = serve_if_asked(lambda: _template_lender(argv))
     if status is not None:
         return status
     try:

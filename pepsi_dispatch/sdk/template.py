@@ -17,7 +17,9 @@ The SDK then serves that socket instead of stdin:
   or ``error reason``;
 * EOF on the socket: the template exits 0.
 
-The template holds no database connection and reads no ids.
+The template reads no ids. An SDK template also keeps the database sessions
+its workers give back when they end, and lends each to the next worker it
+forks (``lending.py``); a program that calls :func:`fork_point` gets none.
 
 A stage that has no template yet offers one to an exec'd worker
 (``PEPSI_TEMPLATE_OFFER_FD``, the same kind of socket): the worker, with its
@@ -33,11 +35,14 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import select
 import signal
 import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV, TEMPLATE_OFFER_ENV
 
@@ -51,22 +56,66 @@ _PR_SET_PDEATHSIG = 1
 _PID = struct.Struct("=q")
 
 
+class SessionLender(Protocol):
+    """What the template asks of the lender of database sessions
+    (:class:`~.lending.Lender`; this module itself never connects)."""
+
+    def fileno(self) -> int: ...
+    def deadline(self) -> float | None: ...
+    def collect(self, now: float, between_requests: bool = False) -> None: ...
+    def take(self, now: float) -> Any: ...
+    def lent_to(self, loan: Any, pid: int | None) -> None: ...
+    def not_lent(self, loan: Any, now: float) -> None: ...
+    def in_worker(self, loan: Any) -> None: ...
+    def close(self) -> None: ...
+
+
 class Template:
     """Serves spawn requests on the dispatcher's socket."""
 
     def __init__(
-        self, sock: socket.socket, dispatcher_pid: int, greeting: bytes = b"ready"
+        self,
+        sock: socket.socket,
+        dispatcher_pid: int,
+        greeting: bytes = b"ready",
+        lender: SessionLender | None = None,
     ) -> None:
         self.sock = sock
         self.dispatcher_pid = dispatcher_pid
         #: what it says first: ``ready``, or ``ready PID`` when a worker forked it
         self.greeting = greeting
+        #: lends database sessions to the forked workers (None: they connect)
+        self.lender = lender
 
     def serve(self) -> int | None:
         """Fork workers until EOF: the template's exit status, or None in a
         forked worker (which then starts as a worker does)."""
         self.sock.send(self.greeting)
+        try:
+            return self._serve()
+        finally:
+            if self.lender is not None and self.sock.fileno() != -1:
+                self.lender.close()  # the template ends (not in a forked worker)
+
+    def _request_waiting(self) -> bool:
+        """Wait for the dispatcher's next request, meanwhile taking back the
+        sessions workers return; True once a request (or EOF) is there."""
+        if self.lender is None:
+            return True
+        deadline = self.lender.deadline()
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            readable, _, _ = select.select([self.sock, self.lender], [], [], timeout)
+        except InterruptedError:
+            readable = []
+        waiting = self.sock in readable
+        self.lender.collect(time.monotonic(), between_requests=not waiting)
+        return waiting
+
+    def _serve(self) -> int | None:
         while True:
+            if not self._request_waiting():
+                continue
             try:
                 msg, fds, _, _ = socket.recv_fds(self.sock, 64, 8)
             except (ConnectionResetError, BrokenPipeError):
@@ -95,9 +144,17 @@ class Template:
 
     def _fork(self, fds: list[int]) -> int | None:
         """Fork the worker (through a middle process that exits at once); its pid,
-        or None in the worker itself."""
+        or None in the worker itself. A lent session goes with it."""
+        now = time.monotonic()
+        loan = self.lender.take(now) if self.lender is not None else None
         r, w = os.pipe()
-        middle = os.fork()
+        try:
+            middle = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            self._unlent(loan, now)
+            raise
         if middle == 0:
             try:
                 os.close(r)
@@ -106,7 +163,7 @@ class Template:
                 os.setsid()
                 os.write(w, _PID.pack(os.getpid()))
                 os.close(w)
-                self._become_worker(fds)
+                self._become_worker(fds, loan)
             except BaseException:
                 os._exit(1)
             return None
@@ -118,11 +175,20 @@ class Template:
         finally:
             os.close(r)
         if len(data) != _PID.size:
+            self._unlent(loan, now)  # the worker died before it could use it
             raise OSError("the forked worker died at once")
-        return _PID.unpack(data)[0]
+        pid = _PID.unpack(data)[0]
+        if loan is not None and self.lender is not None:
+            self.lender.lent_to(loan, pid)
+        return pid
 
-    def _become_worker(self, fds: list[int]) -> None:
-        """In the worker: wait for the dispatcher as parent, die with it, take the fds."""
+    def _unlent(self, loan: Any, now: float) -> None:
+        if loan is not None and self.lender is not None:
+            self.lender.not_lent(loan, now)
+
+    def _become_worker(self, fds: list[int], loan: Any = None) -> None:
+        """In the worker: wait for the dispatcher as parent, die with it, take the
+        fds (and the lent session)."""
         if not _adopted_by(self.dispatcher_pid):
             os._exit(1)  # the dispatcher died before the request was settled
         stdin, stdout, stderr, slot = fds
@@ -130,6 +196,8 @@ class Template:
             os.dup2(fd, target)
             os.close(fd)
         self.sock.close()
+        if self.lender is not None:
+            self.lender.in_worker(loan)
         os.environ[INHAND_ENV] = str(slot)
 
 
@@ -223,15 +291,18 @@ def _socket_from(variable: str) -> socket.socket | None:
         return None
 
 
-def serve_if_asked() -> int | None:
+def serve_if_asked(lender: Callable[[], SessionLender | None] | None = None) -> int | None:
     """If the dispatcher started this process as its stage's template, serve
     spawn requests: the template's exit status once it ends, or None in each
     worker it forks. In a worker offered a template, fork it first (the
     template serves from here on; the worker gets None). None at once in a
-    worker started as usual."""
+    worker started as usual. ``lender`` makes, in the template only, what
+    lends database sessions to its workers."""
     template = from_environment() or accept_offer()
     if template is None:
         return None
+    if lender is not None:
+        template.lender = lender()
     # Everything imported so far lives as long as the worker: out of the
     # collector's sight, a forked worker's collections never write to (and so
     # never copy) the pages it shares with the template.

@@ -4,10 +4,12 @@ A Python worker spends 0.15-0.2 s of CPU importing before it reads its first
 id, once per MAX_MESSAGES and once per burst after the idle timeout. A stage
 whose workers say (in their in-hand slot, CAN_TEMPLATE) that their program
 can be a template gets one more process, started once as ``PROGRAM [-c FILE]
-worker`` with ``PEPSI_TEMPLATE_FD``: it imports once, holds no database
-connection and reads no ids, and forks each new worker of the stage on
-request. The request carries the worker's stdin, stdout and stderr pipes and
-its in-hand slot; a middle process exits at once, so the worker is
+worker`` with ``PEPSI_TEMPLATE_FD``: it imports once, reads no ids, and
+forks each new worker of the stage on request (the SDK's template also
+passes database sessions from workers that ended to the next ones,
+sdk/lending.py; nothing of that reaches the dispatcher). The request
+carries the worker's stdin, stdout and stderr pipes and its in-hand slot; a
+middle process exits at once, so the worker is
 re-parented to the dispatcher (a child subreaper): it is our child like an
 exec'd one, leads its own session and dies with the dispatcher (it sets
 PDEATHSIG once we are its parent). The protocol is the SDK's (sdk/template.py).
@@ -192,7 +194,7 @@ class TemplateProcess:
         return ForkedChild(int(answer), in_w, out_r, err_r)
 
     def close(self) -> None:
-        """End it (it holds nothing) and reap it."""
+        """End it (it holds no ids; an idle session it keeps just closes) and reap it."""
         self.sock.close()
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()

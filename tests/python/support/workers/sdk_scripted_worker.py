@@ -11,7 +11,10 @@ and optional keys: "print": text (written with print()), "sleep": seconds,
 message -- payload, retries, stage, state -- into msg.state["echo"]), "append": value
 (appended in place to msg.state["log"]), "unjson": true (a set in msg.state), "nul": true
 (a string with a NUL in msg.state: its set_state fails in the database), "insert": text
-(row in public.sdk_log through msg.db, in the message's transaction).
+(row in public.sdk_log through msg.db, in the message's transaction), "session": true
+(what the handler found of its database session -- worker pid, backend pid, search_path,
+advisory locks held, temporary table -- into msg.state["session"], then leaves all three
+changed for whoever uses the session next).
 Usage: sdk_scripted_worker.py [--group-commit | --default-commit] [--stages a,b,c]
   [--log PATH] [-c CONFIG] worker
 """
@@ -62,6 +65,22 @@ def step_of(msg: Message):
         msg.state["bad"] = {1, 2}
     if step.get("nul"):  # valid JSON, but PostgreSQL's jsonb refuses the NUL
         msg.state["bad"] = "a\x00b"
+    if step.get("session"):
+        msg.state["session"] = {
+            "pid": os.getpid(),
+            "backend": msg.db.execute("SELECT pg_backend_pid()").fetchone()[0],
+            "search_path": msg.db.execute("SHOW search_path").fetchone()[0],
+            "advisory_locks": msg.db.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND pid = pg_backend_pid()"
+            ).fetchone()[0],
+            "temp_table": msg.db.execute(
+                "SELECT to_regclass('pg_temp.lend_probe') IS NOT NULL"
+            ).fetchone()[0],
+        }
+        msg.db.execute("SET search_path = pg_catalog, public")
+        msg.db.execute("SELECT pg_advisory_lock(4242)")
+        msg.db.execute("CREATE TEMP TABLE IF NOT EXISTS lend_probe (x int)")
     if "insert" in step:
         msg.db.execute(
             "INSERT INTO public.sdk_log (id, note) VALUES (%s, %s)", (msg.id, step["insert"])

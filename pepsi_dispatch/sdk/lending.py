@@ -1,0 +1,320 @@
+"""Database sessions lent by a stage's template to the workers it forks, so that
+a worker recycled at MAX_MESSAGES hands its session to its replacement
+instead of the replacement starting a new PostgreSQL backend.
+
+A new backend costs the server 4-5 ms of CPU here before the worker's first
+message (the fork, the catalog caches, the first calls of the SDK's
+functions), and the client another half millisecond; a session passed on
+costs a reset round trip. The mechanics are those of a connection pooler
+(the session is reset as ``DISCARD ALL`` would, minus the plan cache), with
+the pool kept in the template process:
+
+* The template holds a :class:`Lender`. Before it forks a worker it takes a
+  connection given back by an earlier worker, if one is waiting and healthy
+  (else the worker connects itself, as without a template: the template
+  never connects while the dispatcher waits for a fork, so a burst of new
+  workers connects in parallel). The forked worker inherits the connection
+  (the libpq and psycopg state as they are in the template: idle, nothing
+  buffered). Right after the fork the template points the socket's
+  descriptor number at ``/dev/null``: it keeps the number and the objects,
+  but no longer the socket, so a worker that dies in any way (SIGKILL, the
+  OOM killer) closes the session's last copy and the server ends it at once,
+  rolling back what was open, exactly as for a worker that connected itself.
+* A worker that ends normally (EOF, or a stop signal) with its connection
+  idle resets the session (:data:`RESET_SESSION`) and sends the socket back
+  to the template over a socket pair (``SCM_RIGHTS``), then exits without
+  closing it. The template puts the socket back under the same number:
+  its copy of the connection's state is again exactly the session's (the
+  worker consumed everything the server sent up to the reset's last answer).
+* A worker that connected itself or reconnected, or whose connection is in
+  a transaction or broken, closes it as before and asks the template
+  (:data:`WANT`) to open a session for the next worker, between requests.
+  So recycling converges on sessions passed on, while a burst's new
+  workers still connect in parallel. Encrypted sessions (TLS or
+  GSSAPI: the encryption state lives in the worker's memory) are never
+  lent: the template stops lending once it sees one.
+
+At most :data:`IDLE_MAX` connection waits in the template, for at most
+:data:`IDLE_SECONDS`; one that the server closed meanwhile (the socket is
+readable) is dropped when taken. A template that cannot connect lends
+nothing for :data:`RETRY_SECONDS` (its workers connect themselves, with
+their own errors and reconnects).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+from dataclasses import dataclass, field
+
+import psycopg
+
+from .connection import Connect
+
+__all__ = [
+    "IDLE_MAX",
+    "IDLE_SECONDS",
+    "RESET_SESSION",
+    "Lender",
+    "Loan",
+    "give_back",
+    "loan_in_hand",
+]
+
+#: Connections at most waiting in the template for the next worker.
+IDLE_MAX = 1
+#: How long a given-back connection waits for the next worker (seconds).
+IDLE_SECONDS = 5.0
+#: After a failed connect, the template lends nothing this long (seconds).
+RETRY_SECONDS = 5.0
+
+#: What a worker runs before it gives its session back: ``DISCARD ALL`` without
+#: ``DISCARD PLANS`` (the SDK's statements keep their plans across workers).
+#: Whatever a handler left in the session (settings, a role, prepared
+#: statements, LISTEN, advisory locks, temporary tables, cursors) is gone.
+RESET_SESSION = (
+    "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL;"
+    " UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES"
+)
+
+#: A worker's note to the template: "I had no session to give back; have one ready."
+WANT = b"want"
+
+_ENCRYPTED = (
+    "SELECT coalesce((SELECT encrypted FROM pg_stat_gssapi WHERE pid = pg_backend_pid()), false)"
+)
+
+
+@dataclass
+class Loan:
+    """A connection lent to one worker, and the way back to the template."""
+
+    #: the session lent (None: the worker connects itself)
+    conn: psycopg.Connection | None
+    #: descriptor number of the connection's socket (the same in both processes)
+    fd: int
+    #: the worker's pid, once the template knows it
+    pid: int | None = None
+    #: the worker's end of the return socket pair
+    back: socket.socket | None = field(default=None, repr=False)
+    #: the template's configuration, for the worker (it need not read the file again)
+    config: object | None = None
+
+
+#: The loan this process (a forked worker) took from its template, if any.
+_IN_HAND: Loan | None = None
+
+
+def loan_in_hand() -> Loan | None:
+    """In a worker forked by its template: the connection (and configuration) it
+    was lent, or None."""
+    return _IN_HAND
+
+
+class Lender:
+    """The template's side: lends connections to the workers it forks and takes
+    back the sessions they return."""
+
+    def __init__(self, connect: Connect, config: object | None = None) -> None:
+        self._connect = connect
+        self.config = config
+        self._returns, self._back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._returns.setblocking(False)
+        #: given back and waiting: (connection, since)
+        self.idle: list[tuple[psycopg.Connection, float]] = []
+        #: lent to a live worker, by descriptor number (pointed at /dev/null here)
+        self.lent: dict[int, Loan] = {}
+        self._connect_failed_at: float | None = None
+        #: a worker asked for a session for its replacement (opened between requests)
+        self._wanted = False
+        #: False once a connection turned out to be encrypted: lend nothing more
+        self.lending = True
+
+    def fileno(self) -> int:
+        """The return socket: readable when a worker gave a session back."""
+        return self._returns.fileno()
+
+    def deadline(self) -> float | None:
+        """When the oldest waiting connection expires (monotonic), or None."""
+        if not self.idle:
+            return None
+        return min(since for _, since in self.idle) + IDLE_SECONDS
+
+    def take(self, now: float) -> Loan | None:
+        """What goes with the worker about to be forked: a waiting session, if a
+        healthy one is there (else the worker connects itself), and the
+        configuration. None when lending is off."""
+        if not self.lending:
+            return None
+        self.collect(now)
+        while self.idle:
+            conn, _ = self.idle.pop()
+            if _healthy(conn):
+                return self._loan(conn)
+            _close(conn)
+        return self._loan(None)
+
+    def _prepare(self, now: float) -> None:
+        """A worker ended without a session to give back (it connected itself):
+        open one now, so that the next worker forked gets it. Done between
+        requests, never while the dispatcher waits for a fork."""
+        if self.idle or not self.lending:
+            return
+        if self._connect_failed_at is not None and now - self._connect_failed_at < RETRY_SECONDS:
+            return
+        try:
+            conn = self._connect()
+            encrypted = conn.pgconn.ssl_in_use or conn.execute(_ENCRYPTED).fetchone()[0]  # type: ignore[index]
+        except psycopg.Error:
+            self._connect_failed_at = now
+            return
+        if encrypted:
+            self.lending = False
+            _close(conn)
+            return
+        self._connect_failed_at = None
+        self._wait(conn, now)
+
+    def _loan(self, conn: psycopg.Connection | None) -> Loan:
+        fd = conn.pgconn.socket if conn is not None else -1
+        return Loan(conn, fd, back=self._back, config=self.config)
+
+    def lent_to(self, loan: Loan, pid: int | None) -> None:
+        """In the template, right after the fork: give up the socket (its number
+        now names /dev/null) and remember the loan."""
+        if loan.conn is None:
+            return
+        _blank(loan.fd)
+        loan.pid = pid
+        self.lent[loan.fd] = loan
+
+    def not_lent(self, loan: Loan, now: float) -> None:
+        """The fork failed: the connection waits for the next worker."""
+        if loan.conn is not None:
+            self._wait(loan.conn, now)
+
+    def in_worker(self, loan: Loan | None) -> None:
+        """In the forked worker: keep ``loan``; let go of everything else the
+        template holds (the waiting connections' sockets are the template's)."""
+        global _IN_HAND
+        self._returns.close()
+        for conn, _ in self.idle:
+            _blank(conn.pgconn.socket)
+        _IN_HAND = loan
+
+    def collect(self, now: float, between_requests: bool = False) -> None:
+        """Take back every session workers returned; forget loans whose worker is
+        gone without returning (their sockets died with it); expire waiting ones.
+        ``between_requests`` (no fork is waiting): open the session a worker
+        asked for, if any."""
+        wanted = self._wanted
+        while True:
+            try:
+                msg, fds, _, _ = socket.recv_fds(self._returns, 32, 1)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not msg and not fds:
+                break
+            wanted |= msg == WANT
+            loan = self.lent.pop(int(msg), None) if msg.isdigit() else None
+            for fd in fds:
+                if loan is not None and fd != loan.fd:
+                    os.dup2(fd, loan.fd, inheritable=False)
+                os.close(fd)
+            if loan is not None and fds:
+                self._wait(loan.conn, now)
+        for fd, loan in list(self.lent.items()):
+            if loan.pid is not None and not _alive(loan.pid):
+                del self.lent[fd]
+                _close(loan.conn)  # writes its goodbye to /dev/null, frees the number
+        for conn, since in list(self.idle):
+            if now - since >= IDLE_SECONDS:
+                self.idle.remove((conn, since))
+                _close(conn)
+        self._wanted = wanted
+        if wanted and between_requests:
+            self._wanted = False
+            self._prepare(now)
+
+    def _wait(self, conn: psycopg.Connection, now: float) -> None:
+        if len(self.idle) >= IDLE_MAX:
+            old, _ = self.idle.pop(0)
+            _close(old)
+        self.idle.append((conn, now))
+
+    def close(self) -> None:
+        """The template ends: close the waiting connections (the lent ones are the
+        workers')."""
+        for conn, _ in self.idle:
+            _close(conn)
+        self.idle.clear()
+
+
+def give_back(conn: psycopg.Connection) -> bool:
+    """In a worker that is ending normally: reset the session and send it back to
+    the template, if ``conn`` is the one it was lent and is idle. True when
+    given back (then the caller must exit without closing it). A worker with
+    no session to give back asks the template to have one ready for its
+    replacement instead."""
+    loan = _IN_HAND
+    if loan is None or loan.back is None:
+        return False
+    if conn.broken or conn.closed:
+        return False  # the server may be out of reach: the template need not try now
+    if conn is not loan.conn or conn.info.transaction_status != _IDLE:
+        try:
+            loan.back.send(WANT)
+        except OSError:
+            pass
+        return False
+    try:
+        conn.execute(RESET_SESSION)
+        if conn.info.transaction_status != _IDLE or conn.pgconn.socket != loan.fd:
+            return False
+        socket.send_fds(loan.back, [str(loan.fd).encode()], [loan.fd])
+    except (psycopg.Error, OSError):
+        return False
+    return True
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _healthy(conn: psycopg.Connection) -> bool:
+    """A waiting connection the server has said nothing on (an idle backend
+    sends nothing; a readable socket means it closed or is closing)."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+def _blank(fd: int) -> None:
+    """Point descriptor ``fd`` at /dev/null: the socket it named is let go, the
+    number stays taken (so nothing else gets it while a loan refers to it)."""
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.dup2(devnull, fd, inheritable=False)
+    finally:
+        os.close(devnull)
+
+
+def _close(conn: psycopg.Connection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,223 @@
+"""Database sessions passed from a recycled SDK worker to its replacement through
+the stage's template (pepsi_dispatch/sdk/lending.py), with the real dispatcher,
+real forked workers and a real PostgreSQL.
+
+What must hold: a replacement gets its predecessor's backend only after the
+session was reset (nothing a handler left in it survives into the next
+worker); a worker killed by SIGKILL takes its session down with it at once,
+as if it had connected itself (the template keeps no copy of a lent socket);
+a session the server ended while it waited in the template is never lent; no
+id is held twice and PARALLELISM holds throughout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from dispatch_harness import (  # noqa: F401
+    PYTHON,
+    ROOT,
+    Harness,
+    harness_fixture,
+    read_worker_log,
+    wait_until,
+)
+
+from pepsi_dispatch.sdk import lending
+from pepsi_dispatch.sdk.connection import connector
+from pepsi_dispatch.sdk.entry import LEND_ENV
+
+SDK_WORKER = "tests/python/support/workers/sdk_scripted_worker.py"
+DEFAULT_SEARCH_PATH = '"$user", public'
+
+
+def _conf(h: Harness, log: Path, **stage_opts):
+    program = f"{PYTHON} {ROOT / SDK_WORKER} --default-commit --log {log}"
+    stages = {"a": {"PROGRAM": program, **stage_opts}}
+    return h.conf(stages, CONFIG_FILE=str(h.tmp / "pepsi.conf"), WORKER_IDLE_TIMEOUT="60 s")
+
+
+def _sessions(h: Harness, ids: list[int]) -> list[dict]:
+    return [h.row(i)["state"]["session"] for i in ids]
+
+
+def _run_one_at_a_time(h: Harness, n: int) -> list[int]:
+    """Enqueue ``n`` session probes one after the other (each after the last is done)."""
+    ids = []
+    for _ in range(n):
+        ids += h.enqueue("a", [{"plan": {"a": {"op": "finish", "session": True}}}])
+        h.wait_all(timeout=30)
+    return ids
+
+
+def test_a_recycled_worker_takes_over_its_predecessors_session_reset(h: Harness) -> None:
+    log = h.tmp / "sdk.log"
+    d = h.start(_conf(h, log, PARALLELISM=1, QUEUE_LIMIT=1, MAX_MESSAGES=2))
+    ids = _run_one_at_a_time(h, 20)
+    assert h.counts() == {"done": 20}, d.tail()
+    seen = _sessions(h, ids)
+    workers = sorted({s["pid"] for s in seen})
+    assert len(workers) >= 9, seen  # recycled every 2 messages
+    assert max(sum(1 for s in seen if s["pid"] == w) for w in workers) <= 2
+    # Backends outlive their workers: once the first workers (which connected
+    # themselves) are gone, the replacements run on sessions passed on.
+    by_backend: dict[int, set[int]] = {}
+    for s in seen:
+        by_backend.setdefault(s["backend"], set()).add(s["pid"])
+    assert max(len(pids) for pids in by_backend.values()) >= 2, by_backend
+    assert len(by_backend) <= len(workers) - 3, by_backend
+    # Each worker's first message found a clean session, whoever used it before;
+    # its second found what its own first left (the probe does change the session).
+    firsts, seconds = {}, {}
+    for s in seen:
+        (seconds if s["pid"] in firsts else firsts)[s["pid"]] = s
+    for s in firsts.values():
+        assert s["search_path"] == DEFAULT_SEARCH_PATH, s
+        assert s["advisory_locks"] == 0, s
+        assert s["temp_table"] is False, s
+    assert seconds, "no worker ran two messages"
+    for s in seconds.values():
+        assert s["search_path"] == "pg_catalog, public", s
+        assert s["advisory_locks"] == 1 and s["temp_table"] is True, s
+    runs = read_worker_log(log).runs
+    assert sorted(r.wq_id for r in runs) == sorted(ids)  # each id ran once
+    assert d.terminate() == 0
+
+
+def test_lending_switched_off_gives_each_worker_its_own_backend(h: Harness) -> None:
+    log = h.tmp / "sdk.log"
+    conf = _conf(h, log, PARALLELISM=1, QUEUE_LIMIT=1, MAX_MESSAGES=2)
+    d = h.start(conf, env={LEND_ENV: "0"})
+    seen = _sessions(h, _run_one_at_a_time(h, 8))
+    by_backend: dict[int, set[int]] = {}
+    for s in seen:
+        by_backend.setdefault(s["backend"], set()).add(s["pid"])
+    assert max(len(pids) for pids in by_backend.values()) == 1, by_backend
+    assert d.terminate() == 0
+
+
+def test_a_sigkilled_worker_ends_its_lent_session_at_once(h: Harness) -> None:
+    """The worker dies inside its transaction (an inserted row, locks held): the
+    backend is gone within seconds and nothing it did is kept, although the
+    session had been lent by the template (which would keep it open, with the
+    transaction, if it still held a copy of the socket)."""
+    log = h.tmp / "sdk.log"
+    h.conn.execute("CREATE TABLE public.sdk_log (id bigint, note text)")
+    d = h.start(_conf(h, log, PARALLELISM=1, QUEUE_LIMIT=1, MAX_MESSAGES=2))
+    # Probe until a worker's first message runs on a session an earlier worker
+    # gave back; the next message is that worker's second (MAX_MESSAGES 2).
+    earlier: list[dict] = []
+    for _ in range(30):
+        earlier += _sessions(h, _run_one_at_a_time(h, 1))
+        last = earlier[-1]
+        first_of_its_worker = len(earlier) == 1 or earlier[-2]["pid"] != last["pid"]
+        passed_on = any(
+            s["backend"] == last["backend"] and s["pid"] != last["pid"] for s in earlier
+        )
+        if first_of_its_worker and passed_on:
+            break
+    else:
+        pytest.fail(f"no worker ran on a session passed on: {earlier}")
+    (victim,) = h.enqueue("a", [{"plan": {"a": {"op": "kill", "insert": "killed"}}}])
+    h.wait_all(timeout=30)
+    assert h.row(victim)["status"] == "failed"
+    assert "SIGKILL" in h.row(victim)["state"]["dispatch_error"]
+
+    def backend_gone() -> bool:
+        row = h.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (last["backend"],)
+        ).fetchone()
+        return row is not None and row[0] == 0
+
+    wait_until(backend_gone, 5, message="the killed worker's backend ended")
+    assert h.conn.execute("SELECT count(*) FROM public.sdk_log").fetchone() == (0,)
+    # the stage goes on, on a new session
+    after = _sessions(h, _run_one_at_a_time(h, 2))
+    assert all(s["backend"] != last["backend"] for s in after)
+    assert d.terminate() == 0
+
+
+# The template's side alone, in this process: what it lends and what it drops.
+
+
+@pytest.fixture
+def lender(dsn: str):
+    made = lending.Lender(connector(dsn, "a", 2))
+    yield made
+    made.close()
+    for loan in made.lent.values():
+        if loan.conn is not None:
+            loan.conn.close()
+
+
+def _want(made: lending.Lender, now: float) -> None:
+    """What a worker that connected itself says as it ends; then the template's loop."""
+    socket.socket(fileno=os.dup(made._back.fileno())).send(lending.WANT)
+    made.collect(now, between_requests=True)
+
+
+def test_the_template_prepares_one_session_when_asked_and_lends_it(lender, dsn: str) -> None:
+    now = time.monotonic()
+    assert lender.take(now).conn is None  # nothing waiting: the worker connects itself
+    _want(lender, now)
+    _want(lender, now)  # a second ask while one waits opens nothing more
+    assert len(lender.idle) == 1
+    loan = lender.take(now)
+    assert loan.conn is not None and loan.fd == loan.conn.pgconn.socket
+    assert loan.conn.execute("SELECT 1").fetchone() == (1,)
+    assert lender.idle == []
+
+
+def test_a_waiting_session_the_server_ended_is_not_lent(lender, dsn: str) -> None:
+    now = time.monotonic()
+    _want(lender, now)
+    ((conn, _),) = lender.idle
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    wait_until(lambda: not lending._healthy(conn), 5, message="the socket says it closed")
+    assert lender.take(now).conn is None
+    assert conn.closed
+
+
+def test_a_waiting_session_expires(lender) -> None:
+    now = time.monotonic()
+    _want(lender, now)
+    ((conn, _),) = lender.idle
+    assert lender.deadline() == pytest.approx(now + lending.IDLE_SECONDS)
+    lender.collect(now + lending.IDLE_SECONDS + 0.1)
+    assert lender.idle == [] and conn.closed
+
+
+def test_a_lent_session_whose_worker_died_is_forgotten(lender, dsn: str) -> None:
+    """The template's copy of a lent socket names /dev/null; once the worker is
+    gone without giving it back, the loan is dropped and nothing reaches the
+    server through the template."""
+    now = time.monotonic()
+    _want(lender, now)
+    loan = lender.take(now)
+    backend = loan.conn.info.backend_pid
+    pid = os.fork()
+    if pid == 0:  # a worker that holds the session, then dies
+        lender.in_worker(loan)
+        os._exit(0)
+    lender.lent_to(loan, pid)
+    assert os.readlink(f"/proc/self/fd/{loan.fd}") == os.devnull
+    os.waitpid(pid, 0)
+    lender.collect(now)
+    assert lender.lent == {}
+    with psycopg.connect(dsn, autocommit=True) as probe:
+        wait_until(
+            lambda: (
+                probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend,)
+                ).fetchone()[0]
+                == 0
+            ),
+            5,
+            message="the dead worker's backend ended",
+        )
