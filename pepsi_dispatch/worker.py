@@ -64,7 +64,8 @@ from __future__ import annotations
 # Public constants of this module before the split, still importable from here.
 from pepsi_dispatch.sdk.connection import EX_TEMPFAIL as EX_TEMPFAIL
 from pepsi_dispatch.sdk.connection import RECONNECT_TIMEOUT as RECONNECT_TIMEOUT
-from pepsi_dispatch.sdk.entry import leave, run
+from pepsi_dispatch.sdk.entry import fork_point, leave, run
+from pepsi_dispatch.sdk.lending import connect
 from pepsi_dispatch.sdk.message import (
     Advance,
     Fail,
@@ -75,7 +76,6 @@ from pepsi_dispatch.sdk.message import (
     Transition,
 )
 from pepsi_dispatch.sdk.pipe import MAX_REASON as MAX_REASON
-from pepsi_dispatch.sdk.template import fork_point
 
 __all__ = [
     "Advance",
@@ -85,6 +85,7 @@ __all__ = [
     "Message",
     "Pause",
     "Transition",
+    "connect",
     "fork_point",
     "leave",
     "run",

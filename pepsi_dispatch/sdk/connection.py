@@ -22,11 +22,14 @@ RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60")
 Connect = Callable[[], psycopg.Connection]
 
 
-def connector(dsn: str, stage: str, timeout: int | None = None) -> Connect:
+def connector(
+    dsn: str, stage: str, timeout: int | None = None, fast_adapters: bool = True
+) -> Connect:
     """How this stage's worker connects: autocommit, named after the stage, with
-    the SDK's faster adapters (:func:`~.adapters.use_fast_adapters`); with
-    ``timeout``, waiting at most that many seconds for the server (or the
-    DSN's own ``connect_timeout`` when it is smaller)."""
+    the SDK's faster adapters (:func:`~.adapters.use_fast_adapters`) unless
+    ``fast_adapters`` is False; with ``timeout``, waiting at most that many
+    seconds for the server (or the DSN's own ``connect_timeout`` when it is
+    smaller)."""
     options: dict[str, object] = {}
     if timeout is not None:
         options["connect_timeout"] = _capped_timeout(dsn, timeout)
@@ -35,7 +38,8 @@ def connector(dsn: str, stage: str, timeout: int | None = None) -> Connect:
         conn = psycopg.connect(
             dsn, autocommit=True, application_name=f"pepsi-worker {stage}", **options
         )
-        use_fast_adapters(conn)
+        if fast_adapters:
+            use_fast_adapters(conn)
         return conn
 
     return connect

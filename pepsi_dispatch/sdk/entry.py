@@ -20,19 +20,28 @@ from pepsi_dispatch.contract import EXIT_NO_STAGE
 from .connection import EX_TEMPFAIL, ConnectionHolder, connector
 from .facts import StartFacts, start_facts
 from .inhand import InHand, from_environment
-from .lending import Lender, give_back, loan_in_hand
+from .lending import (
+    LEND_CONNECT_TIMEOUT,
+    Lender,
+    give_back,
+    lending_wanted,
+    loan_in_hand,
+    protocol_lender,
+    take_lent,
+)
 from .message import Handler
 from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
 from .statements import Statements
+from .template import fork_point as template_fork_point
 from .template import serve_if_asked
 from .transaction import CommitMode
 
 if TYPE_CHECKING:
     from pepsi_dispatch.config import Config
 
-__all__ = ["main", "run"]
+__all__ = ["fork_point", "leave", "main", "run"]
 
 
 class _StartError(Exception):
@@ -149,7 +158,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         raise _StartError(str(exc)) from None
     connect = connector(os.environ.get("PEPSI_DSN") or config.dsn, stage)
     try:
-        lent = loan.conn if loan is not None else None
+        lent = take_lent()
         connection = ConnectionHolder(lent if lent is not None else connect(), connect)
     except psycopg.Error as exc:
         print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
@@ -190,7 +199,7 @@ def _template_lender(argv: list[str]) -> Lender | None:
     from pepsi_dispatch.config import ConfigError, load_config
 
     stage = os.environ.get("PEPSI_STAGE", "")
-    if not stage or os.environ.get(LEND_ENV, "1").strip() == "0":
+    if not stage or not lending_wanted():
         return None
     try:
         with contextlib.redirect_stderr(io.StringIO()):
@@ -200,13 +209,6 @@ def _template_lender(argv: list[str]) -> Lender | None:
         return None
     dsn = os.environ.get("PEPSI_DSN") or config.dsn
     return Lender(connector(dsn, stage, LEND_CONNECT_TIMEOUT), config)
-
-
-#: ``PEPSI_WORKER_LEND_SESSIONS=0``: the template lends no sessions (each worker connects).
-LEND_ENV = "PEPSI_WORKER_LEND_SESSIONS"
-#: The template waits at most this long for a new connection (seconds; the
-#: dispatcher waits for the fork meanwhile). A DSN's own smaller timeout wins.
-LEND_CONNECT_TIMEOUT = 2
 
 
 def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:
@@ -266,8 +268,28 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def leave(status: int) -> None:
+def fork_point() -> None:
+    """For programs that speak the pipe protocol themselves: call it once the
+    program's modules are imported, before it connects or reads stdin.
+
+    In a worker it returns at once, having said (in the in-hand slot's
+    capability word) that the program can be its stage's template. The
+    dispatcher then starts the program once more as the template: there the
+    call never returns -- it forks each new worker of the stage, and each
+    forked worker returns from it and goes on as a worker started by exec
+    would -- and the template process exits when the dispatcher closes it.
+    A worker that connects with :func:`~.lending.connect` and ends with
+    ``leave(0, conn)`` passes its database session on to its replacement.
+    """
+    template_fork_point(protocol_lender)
+
+
+def leave(status: int, conn: psycopg.Connection | None = None) -> None:
     """End the worker process with ``status`` without tearing the interpreter down.
+
+    ``conn``: the program's connection (from :func:`~.lending.connect`). With
+    status 0 and the connection idle, its session is reset and given back to
+    the stage's template for the next worker; otherwise it is closed.
 
     What ``sys.exit`` does at the end that matters is done here: the program's
     own threads are waited for, its ``atexit`` functions run and stdout and
@@ -276,9 +298,13 @@ def leave(status: int) -> None:
     template that copies nearly every page shared with the template, about
     30 ms of CPU per recycled worker, for nothing (multiprocessing's forked
     children end the same way). ``run()`` ends this way; a program that speaks
-    the protocol itself and calls ``fork_point()`` should too, after closing
-    its connection.
+    the protocol itself and calls ``fork_point()`` should too.
     """
+    if conn is not None and not (status == 0 and give_back(conn)):
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
     # The atexit functions run through CPython's own hook (what the interpreter
     # calls at exit; the module has no public name for it). An interpreter
     # without it ends the usual way, teardown and all.

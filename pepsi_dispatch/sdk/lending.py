@@ -50,17 +50,29 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .connection import Connect
+from .connection import Connect, connector
 
 __all__ = [
     "IDLE_MAX",
     "IDLE_SECONDS",
+    "LEND_CONNECT_TIMEOUT",
+    "LEND_ENV",
     "RESET_SESSION",
     "Lender",
     "Loan",
+    "connect",
     "give_back",
+    "lending_wanted",
     "loan_in_hand",
+    "protocol_lender",
+    "take_lent",
 ]
+
+#: ``PEPSI_WORKER_LEND_SESSIONS=0``: the template lends no sessions (each worker connects).
+LEND_ENV = "PEPSI_WORKER_LEND_SESSIONS"
+#: The template waits at most this long for a new connection (seconds). A DSN's
+#: own smaller ``connect_timeout`` wins.
+LEND_CONNECT_TIMEOUT = 2
 
 #: Connections at most waiting in the template for the next worker.
 IDLE_MAX = 1
@@ -100,6 +112,8 @@ class Loan:
     back: socket.socket | None = field(default=None, repr=False)
     #: the template's configuration, for the worker (it need not read the file again)
     config: object | None = None
+    #: the worker took the session (:func:`take_lent`)
+    taken: bool = False
 
 
 #: The loan this process (a forked worker) took from its template, if any.
@@ -110,6 +124,46 @@ def loan_in_hand() -> Loan | None:
     """In a worker forked by its template: the connection (and configuration) it
     was lent, or None."""
     return _IN_HAND
+
+
+def take_lent() -> psycopg.Connection | None:
+    """The session this worker was lent, the first time it is asked for; None
+    after that, or when it was lent none."""
+    loan = _IN_HAND
+    if loan is None or loan.conn is None or loan.taken:
+        return None
+    loan.taken = True
+    return loan.conn
+
+
+def lending_wanted() -> bool:
+    """Is lending on in this environment (``PEPSI_WORKER_LEND_SESSIONS`` is not ``0``)?"""
+    return os.environ.get(LEND_ENV, "1").strip() != "0"
+
+
+def protocol_lender() -> Lender | None:
+    """In the template of a program that speaks the protocol itself (``fork_point``):
+    what lends sessions to its workers that :func:`connect`. It connects only
+    when such a worker ends and asks for one, so a program that never calls
+    :func:`connect` opens nothing through it."""
+    stage, dsn = os.environ.get("PEPSI_STAGE", ""), os.environ.get("PEPSI_DSN", "")
+    if not stage or not dsn or not lending_wanted():
+        return None
+    return Lender(connector(dsn, stage, LEND_CONNECT_TIMEOUT, fast_adapters=False))
+
+
+def connect() -> psycopg.Connection:
+    """A database connection for a program that speaks the protocol itself:
+    autocommit, to ``$PEPSI_DSN``, named ``pepsi-worker STAGE``. In a worker
+    forked by the stage's template (``fork_point()``) it is, when one waits,
+    the session a worker of the stage gave back as it ended (reset: no
+    settings, prepared statements, locks or temporary tables of its own).
+    End the program with ``leave(0, conn)`` to give it back in turn."""
+    lent = take_lent()
+    if lent is not None:
+        return lent
+    dsn = os.environ.get("PEPSI_DSN", "")
+    return connector(dsn, os.environ.get("PEPSI_STAGE", "?"), fast_adapters=False)()
 
 
 class Lender:

@@ -19,7 +19,8 @@ The SDK then serves that socket instead of stdin:
 
 The template reads no ids. An SDK template also keeps the database sessions
 its workers give back when they end, and lends each to the next worker it
-forks (``lending.py``); a program that calls :func:`fork_point` gets none.
+forks (``lending.py``), and so does a program that calls :func:`fork_point`
+and connects with ``pepsi_dispatch.worker.connect``.
 
 A stage that has no template yet offers one to an exec'd worker
 (``PEPSI_TEMPLATE_OFFER_FD``, the same kind of socket): the worker, with its
@@ -310,9 +311,11 @@ def serve_if_asked(lender: Callable[[], SessionLender | None] | None = None) -> 
     return template.serve()
 
 
-def fork_point() -> None:
+def fork_point(lender: Callable[[], SessionLender | None] | None = None) -> None:
     """For programs that speak the pipe protocol themselves: call it once the
-    program's modules are imported, before it connects or reads stdin.
+    program's modules are imported, before it connects or reads stdin
+    (``pepsi_dispatch.worker.fork_point`` passes the ``lender`` that lends
+    sessions to workers that connect with ``pepsi_dispatch.worker.connect``).
 
     In a worker it returns at once, having said (in the in-hand slot's
     capability word) that the program can be its stage's template. The
@@ -321,7 +324,7 @@ def fork_point() -> None:
     forked worker returns from it and goes on as a worker started by exec
     would -- and the template process exits when the dispatcher closes it.
     """
-    status = serve_if_asked()
+    status = serve_if_asked(lender)
     if status is not None:
         sys.exit(status)
     announce_template()

@@ -99,7 +99,7 @@ RAW_FORK_WORKER = """#!{python}
 # The minimal protocol worker above, started by fork from a template after its imports.
 import os, select, sys
 import psycopg
-from pepsi_dispatch.worker import fork_point, leave
+from pepsi_dispatch.worker import connect, fork_point, leave
 
 fork_point()
 
@@ -108,7 +108,7 @@ stages = os.environ["PEPSI_BENCH_STAGES"].split(",")
 did = int(os.environ["PEPSI_DISPATCHER_ID"])
 i = stages.index(stage)
 nxt = stages[i + 1] if i + 1 < len(stages) else None
-conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
+conn = connect()  # a session passed on by the stage's last worker, when one waits
 if nxt:
     sql = "SELECT count(*) FILTER (WHERE pepsi.advance(x, %s, %s, %s)) FROM unnest(%s::bigint[]) x"
 else:
@@ -131,8 +131,7 @@ while True:
     else:
         conn.execute(sql, (stage, did, ids))
     os.write(1, b"0\\n" * len(ids))
-conn.close()
-leave(0)  # a forked worker: no interpreter teardown (see WORKERS.md)
+leave(0, conn)  # gives the session back; no interpreter teardown (see WORKERS.md)
 """
 
 

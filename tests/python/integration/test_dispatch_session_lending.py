@@ -30,9 +30,10 @@ from dispatch_harness import (  # noqa: F401
 
 from pepsi_dispatch.sdk import lending
 from pepsi_dispatch.sdk.connection import connector
-from pepsi_dispatch.sdk.entry import LEND_ENV
+from pepsi_dispatch.sdk.lending import LEND_ENV
 
 SDK_WORKER = "tests/python/support/workers/sdk_scripted_worker.py"
+RAW_FORKING = "tests/python/support/workers/forking_raw_worker.py"
 DEFAULT_SEARCH_PATH = '"$user", public'
 
 
@@ -142,6 +143,39 @@ def test_a_sigkilled_worker_ends_its_lent_session_at_once(h: Harness) -> None:
     assert d.terminate() == 0
 
 
+@pytest.mark.parametrize("connect", [True, False], ids=["worker.connect", "psycopg.connect"])
+def test_a_protocol_worker_that_connects_through_the_sdk_passes_sessions_on(
+    h: Harness, connect: bool
+) -> None:
+    """A program that speaks the protocol itself, calls fork_point() and connects
+    with pepsi_dispatch.worker.connect() gets sessions passed on; one that
+    connects by itself opens its own each time (its template never connects)."""
+    log, sessions = h.tmp / "raw.log", h.tmp / "sessions"
+    flags = f" --connect --sessions {sessions}" if connect else ""
+    program = f"{PYTHON} {ROOT / RAW_FORKING} --log {log}{flags}"
+    stages = {"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 1, "MAX_MESSAGES": 5}}
+    d = h.start(h.conf(stages, WORKER_IDLE_TIMEOUT="60 s"))
+    ids: list[int] = []
+    for _ in range(12):  # a few at a time, so that workers end one after the other
+        ids += h.enqueue("a", 5)
+        h.wait_all(timeout=30)
+    assert h.counts() == {"done": 60}
+    runs = read_worker_log(log).runs
+    assert sorted(r.wq_id for r in runs) == sorted(ids)  # each id ran once
+    workers = {r.pid for r in runs}
+    assert len(workers) >= 10, workers
+    if connect:
+        pairs = [tuple(map(int, line.split())) for line in sessions.read_text().splitlines()]
+        backends = {b for _, b in pairs}
+        assert len(backends) <= len(pairs) - 3, pairs
+    else:
+        named = h.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pepsi-worker a'"
+        ).fetchone()
+        assert named == (0,)  # no session waits in the template
+    assert d.terminate() == 0
+
+
 # The template's side alone, in this process: what it lends and what it drops.
 
 
@@ -221,3 +255,49 @@ def test_a_lent_session_whose_worker_died_is_forgotten(lender, dsn: str) -> None
             5,
             message="the dead worker's backend ended",
         )
+
+
+def _in_a_worker(made: lending.Lender, loan: lending.Loan, body) -> int:
+    """Fork a worker that takes ``loan`` and runs ``body(conn)``: its exit status
+    (0 when body returned True), after the template's side saw the fork."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            made.in_worker(loan)
+            code = 0 if body(lending.take_lent()) else 3
+        finally:
+            os._exit(code)
+    made.lent_to(loan, pid)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_only_an_idle_session_is_given_back(lender) -> None:
+    now = time.monotonic()
+    _want(lender, now)
+
+    def in_a_transaction(conn) -> bool:
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(1)")
+        return lending.give_back(conn) is False
+
+    assert _in_a_worker(lender, lender.take(now), in_a_transaction) == 0
+    lender.collect(now)
+    assert lender.idle == [] and lender._wanted  # asks for a new one instead
+    lender.collect(now, between_requests=True)
+    assert len(lender.idle) == 1
+
+    def idle_but_dirty(conn) -> bool:
+        conn.execute("SET search_path = pg_catalog")
+        conn.execute("LISTEN somewhere")
+        return lending.give_back(conn) is True
+
+    loan = lender.take(now)
+    backend = loan.conn.info.backend_pid
+    assert _in_a_worker(lender, loan, idle_but_dirty) == 0
+    lender.collect(now)
+    ((back, _),) = lender.idle
+    assert back is loan.conn and lender.lent == {}
+    assert back.info.backend_pid == backend
+    assert back.execute("SHOW search_path").fetchone() == (DEFAULT_SEARCH_PATH,)
+    assert back.execute("SELECT count(*) FROM pg_listening_channels()").fetchone() == (0,)

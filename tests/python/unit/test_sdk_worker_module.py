@@ -9,7 +9,7 @@ import pytest
 
 def test_worker_module_is_the_stable_public_path() -> None:
     from pepsi_dispatch import worker
-    from pepsi_dispatch.sdk import entry, message, template
+    from pepsi_dispatch.sdk import entry, lending, message
 
     assert worker.__all__ == [
         "Advance",
@@ -19,13 +19,15 @@ def test_worker_module_is_the_stable_public_path() -> None:
         "Message",
         "Pause",
         "Transition",
+        "connect",
         "fork_point",
         "leave",
         "run",
     ]
     assert worker.run is entry.run and worker.Message is message.Message
     assert worker.leave is entry.leave
-    assert worker.fork_point is template.fork_point
+    assert worker.fork_point is entry.fork_point
+    assert worker.connect is lending.connect
     assert (worker.EX_TEMPFAIL, worker.MAX_REASON) == (75, 2000)
     assert worker.RECONNECT_TIMEOUT > 0
 

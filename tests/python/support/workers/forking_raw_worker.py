@@ -3,8 +3,11 @@
 calls ``fork_point()`` after its imports, so that the dispatcher may fork its
 workers from a template. It finishes every id it reads, one statement per
 buffer, and logs ``START``/``END`` lines (see scripted_worker.py) to --log FILE.
+With --connect it connects with ``pepsi_dispatch.worker.connect()`` and ends with
+``leave(0, conn)`` (sessions passed on), and writes "WORKER_PID BACKEND_PID" to
+--sessions FILE when it starts.
 
-Usage: forking_raw_worker.py --log FILE [-c CONFIG] worker
+Usage: forking_raw_worker.py --log FILE [--connect --sessions FILE] [-c CONFIG] worker
 """
 
 from __future__ import annotations
@@ -15,14 +18,20 @@ import time
 
 import psycopg
 
-from pepsi_dispatch.worker import fork_point, leave
+from pepsi_dispatch.worker import connect, fork_point, leave
 
 fork_point()  # the template never returns from here; forked workers go on
 
 log_path = sys.argv[sys.argv.index("--log") + 1]
 stage = os.environ["PEPSI_STAGE"]
 did = int(os.environ["PEPSI_DISPATCHER_ID"])
-conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
+lending = "--connect" in sys.argv
+if lending:
+    conn = connect()
+    with open(sys.argv[sys.argv.index("--sessions") + 1], "a") as f:
+        f.write(f"{os.getpid()} {conn.info.backend_pid}\n")
+else:
+    conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
 pid = os.getpid()
 
 
@@ -49,5 +58,7 @@ while True:
     )
     log([f"END {i} {pid} {stage} {time.time_ns()}\n" for i in ids])
     os.write(1, b"0\n" * len(ids))
+if lending:
+    leave(0, conn)
 conn.close()
 leave(0)
