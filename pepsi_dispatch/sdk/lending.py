@@ -190,7 +190,11 @@ class Lender:
         return self._returns.fileno()
 
     def deadline(self) -> float | None:
-        """When the oldest waiting connection expires (monotonic), or None."""
+        """When the template should look again without a request (monotonic): at
+        once when a worker asked for a session that is not opened yet, when the
+        oldest waiting connection expires, or None."""
+        if self._wanted:
+            return 0.0
         if not self.idle:
             return None
         return min(since for _, since in self.idle) + IDLE_SECONDS

@@ -301,3 +301,12 @@ def test_only_an_idle_session_is_given_back(lender) -> None:
     assert back.info.backend_pid == backend
     assert back.execute("SHOW search_path").fetchone() == (DEFAULT_SEARCH_PATH,)
     assert back.execute("SELECT count(*) FROM pg_listening_channels()").fetchone() == (0,)
+
+
+def test_an_ask_that_came_with_a_request_is_served_right_after_it(lender) -> None:
+    now = time.monotonic()
+    socket.socket(fileno=os.dup(lender._back.fileno())).send(lending.WANT)
+    lender.collect(now)  # a fork request was waiting: nothing is opened now
+    assert lender.idle == [] and lender.deadline() == 0.0  # the template looks again at once
+    lender.collect(now, between_requests=True)
+    assert len(lender.idle) == 1 and lender.deadline() == pytest.approx(now + lending.IDLE_SECONDS)
