@@ -255,7 +255,8 @@ class Dispatcher:
                     cause, self.reload_cause = self.reload_cause, ReloadCause.NOTIFIED
                     self._reload(now, self.reload_if_changed, cause)
                     self.reload_if_changed = False
-                if db_ready:
+                # (asked again: a step above may have lost the connection)
+                if self.link.ready(now):
                     self._database_work(now)
                     self._early_gauges(now)
                 if self.shutting_down and not self.supervisor.all():
@@ -345,7 +346,8 @@ class Dispatcher:
             self.supervisor.hold_off(stage, now, "its claim failed (see the ERROR line above)")
         if facts.claimed:
             self.supervisor.place(facts.claimed, now, self.clock, facts.lines)
-        self.stats_flush.run(now)
+        if self.link.ready(now):  # the round trip may have lost the connection
+            self.stats_flush.run(now)
 
     def _gauges(self, now: float) -> dict[str, object]:
         return gauges.collect(
@@ -364,7 +366,11 @@ class Dispatcher:
     def _early_gauges(self, now: float) -> None:
         """Changed workers or stage health go out before the heartbeat (gauges.EarlyGauges)."""
         sig = self._gauge_signature()
-        if self.shutting_down or not self.early_gauges.should_send(now, sig):
+        if (
+            self.shutting_down
+            or not self.link.ready(now)  # lost by this wake's round trip
+            or not self.early_gauges.should_send(now, sig)
+        ):
             return
         try:
             self.db.heartbeat(self.dispatcher_id, self._gauges(now))

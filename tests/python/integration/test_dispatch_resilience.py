@@ -392,3 +392,27 @@ def test_sigterm_while_database_is_down(own_cluster: tuple[Path, str], tmp_path:
         assert d2.terminate() == 0
     finally:
         h.close()
+
+
+def test_a_connection_lost_mid_wake_is_not_used_again_in_that_wake(h: Harness) -> None:
+    """The work connection killed again and again while workers recycle (the
+    gauges change) and statistics are due: a wake whose round trip lost the
+    connection must not flush statistics or send gauges on it in the same
+    wake. (It did: an AssertionError ended the dispatcher as an internal error.)"""
+    stages = h.pipeline(["a"], PARALLELISM=2, QUEUE_LIMIT=1, MAX_MESSAGES=2)
+    d = h.start(h.conf(stages, STATS_INTERVAL="0.05 s"))
+    n = 400
+    h.enqueue("a", [{"do": "sleep:0.005;next"} for _ in range(n)])
+    deadline = time.monotonic() + 6
+    killed = 0
+    while time.monotonic() < deadline and d.running():
+        killed += h.conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'pepsi-dispatch work' AND datname = current_database()"
+        ).fetchone()[0]
+        time.sleep(0.02)
+    assert d.running(), d.tail()
+    assert killed >= 10
+    assert "internal error" not in d.log(), d.tail()
+    assert h.wait_all(timeout=120) == {"done": n}
+    assert d.terminate() == 0
