@@ -153,7 +153,8 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
     answer_fd, input_fd = protect_stdio()
     loan = loan_in_hand()  # forked by the stage's template: its configuration and a session
     try:
-        config = loan.config if loan is not None else load_config(args.config)
+        inherited = loan.config if loan is not None else None
+        config = inherited if inherited is not None else load_config(args.config)
     except ConfigError as exc:
         raise _StartError(str(exc)) from None
     connect = connector(os.environ.get("PEPSI_DSN") or config.dsn, stage)
@@ -171,6 +172,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
             if lent is None:
                 raise
             # the lent session died while it waited (the server ended it): a new one
+            connection.close()
             connection.conn = connect()
             facts = _start_facts(connection.conn)
         graph = _stage_graph(config, facts.overlay, stage)

@@ -47,10 +47,14 @@ import os
 import select
 import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from .connection import Connect, connector
+
+if TYPE_CHECKING:
+    from pepsi_dispatch.config import Config
 
 __all__ = [
     "IDLE_MAX",
@@ -111,7 +115,7 @@ class Loan:
     #: the worker's end of the return socket pair
     back: socket.socket | None = field(default=None, repr=False)
     #: the template's configuration, for the worker (it need not read the file again)
-    config: object | None = None
+    config: Config | None = None
     #: the worker took the session (:func:`take_lent`)
     taken: bool = False
 
@@ -170,7 +174,7 @@ class Lender:
     """The template's side: lends connections to the workers it forks and takes
     back the sessions they return."""
 
-    def __init__(self, connect: Connect, config: object | None = None) -> None:
+    def __init__(self, connect: Connect, config: Config | None = None) -> None:
         self._connect = connect
         self.config = config
         self._returns, self._back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
