@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable
 
 import psycopg
@@ -13,13 +14,23 @@ from ..backoff import Backoff
 from ..contract import EX_TEMPFAIL
 from .adapters import use_fast_adapters
 
-__all__ = ["EX_TEMPFAIL", "RECONNECT_TIMEOUT", "Connect", "ConnectionHolder", "connector"]
+__all__ = [
+    "EX_TEMPFAIL",
+    "OPENED_HERE",
+    "RECONNECT_TIMEOUT",
+    "Connect",
+    "ConnectionHolder",
+    "connector",
+]
 
 #: How long a worker tries to reconnect after losing its database connection (seconds).
 RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60"))
 
 #: Opens a new connection (autocommit).
 Connect = Callable[[], psycopg.Connection]
+
+#: Connections a :func:`connector` opened (a program's own are not among them).
+OPENED_HERE: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
 
 
 def connector(
@@ -40,6 +51,7 @@ def connector(
         )
         if fast_adapters:
             use_fast_adapters(conn)
+        OPENED_HERE.add(conn)
         return conn
 
     return connect

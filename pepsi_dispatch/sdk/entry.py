@@ -173,7 +173,11 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
                 raise
             # the lent session died while it waited (the server ended it): a new one
             connection.close()
-            connection.conn = connect()
+            try:
+                connection.conn = connect()
+            except psycopg.Error as exc:
+                print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
+                return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
             facts = _start_facts(connection.conn)
         graph = _stage_graph(config, facts.overlay, stage)
         dispatch = HandlerDispatch(
@@ -302,6 +306,10 @@ def leave(status: int, conn: psycopg.Connection | None = None) -> None:
     children end the same way). ``run()`` ends this way; a program that speaks
     the protocol itself and calls ``fork_point()`` should too.
     """
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
     if conn is not None and not (status == 0 and give_back(conn)):
         try:
             conn.close()
@@ -313,10 +321,6 @@ def leave(status: int, conn: psycopg.Connection | None = None) -> None:
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
     if run_exitfuncs is None:
         sys.exit(status)
-    main_thread = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main_thread and not thread.daemon:
-            thread.join()
     run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -12,8 +12,8 @@ the pool kept in the template process:
 * The template holds a :class:`Lender`. Before it forks a worker it takes a
   connection given back by an earlier worker, if one is waiting and healthy
   (else the worker connects itself, as without a template: the template
-  never connects while the dispatcher waits for a fork, so a burst of new
-  workers connects in parallel). The forked worker inherits the connection
+  never connects to serve a fork request, so a burst of new workers
+  connects in parallel). The forked worker inherits the connection
   (the libpq and psycopg state as they are in the template: idle, nothing
   buffered). Right after the fork the template points the socket's
   descriptor number at ``/dev/null``: it keeps the number and the objects,
@@ -23,12 +23,17 @@ the pool kept in the template process:
 * A worker that ends normally (EOF, or a stop signal) with its connection
   idle resets the session (:data:`RESET_SESSION`) and sends the socket back
   to the template over a socket pair (``SCM_RIGHTS``), then exits without
-  closing it. The template puts the socket back under the same number:
+  closing it; its own descriptor number then points at ``/dev/null``, so
+  nothing the ending process still does with the connection (a thread, an
+  ``atexit`` function) reaches the session. The template puts the socket
+  back under the same number:
   its copy of the connection's state is again exactly the session's (the
   worker consumed everything the server sent up to the reset's last answer).
-* A worker that connected itself or reconnected, or whose connection is in
-  a transaction or broken, closes it as before and asks the template
-  (:data:`WANT`) to open a session for the next worker, between requests.
+* A worker that ends normally after it connected itself or reconnected, or
+  whose connection is in a transaction, closes it as before and asks the
+  template (:data:`WANT`) to open a session for the next worker, between
+  requests (a request that comes meanwhile waits for that connect: a few
+  milliseconds, at most the 2 s connect timeout per address).
   So recycling converges on sessions passed on, while a burst's new
   workers still connect in parallel. Encrypted sessions (TLS or
   GSSAPI: the encryption state lives in the worker's memory) are never
@@ -51,7 +56,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from .connection import Connect, connector
+from .connection import OPENED_HERE, Connect, connector
 
 if TYPE_CHECKING:
     from pepsi_dispatch.config import Config
@@ -179,6 +184,9 @@ class Lender:
         self.config = config
         self._returns, self._back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._returns.setblocking(False)
+        #: what a lent socket's number points at meanwhile (opened once: blanking
+        #: a number after a fork must not fail for want of a descriptor)
+        self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         #: given back and waiting: (connection, since)
         self.idle: list[tuple[psycopg.Connection, float]] = []
         #: lent to a live worker, by descriptor number (pointed at /dev/null here)
@@ -244,12 +252,19 @@ class Lender:
 
     def lent_to(self, loan: Loan, pid: int | None) -> None:
         """In the template, right after the fork: give up the socket (its number
-        now names /dev/null) and remember the loan."""
+        now names /dev/null) and remember the loan; called again with the
+        worker's ``pid`` once it is known."""
         if loan.conn is None:
             return
-        _blank(loan.fd)
+        if loan.fd not in self.lent:
+            os.dup2(self._devnull, loan.fd, inheritable=False)
+            self.lent[loan.fd] = loan
         loan.pid = pid
-        self.lent[loan.fd] = loan
+
+    def forget(self, loan: Loan) -> None:
+        """A lent session whose worker never started: the socket died with it."""
+        if loan.conn is not None and self.lent.pop(loan.fd, None) is loan:
+            _close(loan.conn)  # its goodbye goes to /dev/null
 
     def not_lent(self, loan: Loan, now: float) -> None:
         """The fork failed: the connection waits for the next worker."""
@@ -262,7 +277,8 @@ class Lender:
         global _IN_HAND
         self._returns.close()
         for conn, _ in self.idle:
-            _blank(conn.pgconn.socket)
+            os.dup2(self._devnull, conn.pgconn.socket, inheritable=False)
+        os.close(self._devnull)
         _IN_HAND = loan
 
     def collect(self, now: float, between_requests: bool = False) -> None:
@@ -311,6 +327,7 @@ class Lender:
         for conn, _ in self.idle:
             _close(conn)
         self.idle.clear()
+        os.close(self._devnull)
 
 
 def give_back(conn: psycopg.Connection) -> bool:
@@ -322,11 +339,13 @@ def give_back(conn: psycopg.Connection) -> bool:
     loan = _IN_HAND
     if loan is None or loan.back is None:
         return False
-    if conn.broken or conn.closed:
-        return False  # the server may be out of reach: the template need not try now
+    if conn.broken or conn.closed or conn not in OPENED_HERE:
+        # broken: the server may be out of reach, the template need not try
+        # now; a program's own connection: its replacement connects alike
+        return False
     if conn is not loan.conn or conn.info.transaction_status != _IDLE:
         try:
-            loan.back.send(WANT)
+            loan.back.send(WANT, socket.MSG_DONTWAIT)
         except OSError:
             pass
         return False
@@ -334,9 +353,17 @@ def give_back(conn: psycopg.Connection) -> bool:
         conn.execute(RESET_SESSION)
         if conn.info.transaction_status != _IDLE or conn.pgconn.socket != loan.fd:
             return False
-        socket.send_fds(loan.back, [str(loan.fd).encode()], [loan.fd])
+        # (a busy template's queue full: close instead of waiting for it)
+        socket.send_fds(loan.back, [str(loan.fd).encode()], [loan.fd], socket.MSG_DONTWAIT)
     except (psycopg.Error, OSError):
         return False
+    # The session is the template's now: this process keeps the number (for
+    # whatever still holds ``conn``: a thread, an atexit function) but not the
+    # socket, so nothing done here from now on can reach the next worker's session.
+    try:
+        _blank(loan.fd)
+    except OSError:
+        pass  # (no descriptor left for /dev/null: the process is about to exit anyway)
     return True
 
 

@@ -67,6 +67,7 @@ class SessionLender(Protocol):
     def take(self, now: float) -> Any: ...
     def lent_to(self, loan: Any, pid: int | None) -> None: ...
     def not_lent(self, loan: Any, now: float) -> None: ...
+    def forget(self, loan: Any) -> None: ...
     def in_worker(self, loan: Any) -> None: ...
     def close(self) -> None: ...
 
@@ -168,6 +169,8 @@ class Template:
             except BaseException:
                 os._exit(1)
             return None
+        if loan is not None and self.lender is not None:
+            self.lender.lent_to(loan, None)  # first of all: the socket is the worker's
         os.close(w)
         _close_all(fds)
         try:
@@ -176,7 +179,8 @@ class Template:
         finally:
             os.close(r)
         if len(data) != _PID.size:
-            self._unlent(loan, now)  # the worker died before it could use it
+            if loan is not None and self.lender is not None:
+                self.lender.forget(loan)
             raise OSError("the forked worker died at once")
         pid = _PID.unpack(data)[0]
         if loan is not None and self.lender is not None:

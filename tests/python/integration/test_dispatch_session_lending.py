@@ -290,7 +290,13 @@ def test_only_an_idle_session_is_given_back(lender) -> None:
     def idle_but_dirty(conn) -> bool:
         conn.execute("SET search_path = pg_catalog")
         conn.execute("LISTEN somewhere")
-        return lending.give_back(conn) is True
+        if lending.give_back(conn) is not True:
+            return False
+        try:  # what the ending worker still does with it reaches nothing
+            conn.execute("SET search_path = evil")
+        except psycopg.OperationalError:
+            return True
+        return False
 
     loan = lender.take(now)
     backend = loan.conn.info.backend_pid
@@ -310,3 +316,17 @@ def test_an_ask_that_came_with_a_request_is_served_right_after_it(lender) -> Non
     assert lender.idle == [] and lender.deadline() == 0.0  # the template looks again at once
     lender.collect(now, between_requests=True)
     assert len(lender.idle) == 1 and lender.deadline() == pytest.approx(now + lending.IDLE_SECONDS)
+
+
+def test_a_programs_own_connection_is_neither_given_back_nor_replaced(lender, dsn: str) -> None:
+    """leave(0, conn) with a connection the program opened itself: closed, and the
+    template is not asked to open one (the next worker would not use it)."""
+    now = time.monotonic()
+
+    def own_connection(_lent) -> bool:
+        own = psycopg.connect(dsn, autocommit=True)
+        return lending.give_back(own) is False
+
+    assert _in_a_worker(lender, lender.take(now), own_connection) == 0
+    lender.collect(now, between_requests=True)
+    assert lender.idle == [] and not lender._wanted
