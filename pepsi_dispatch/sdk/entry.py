@@ -34,8 +34,7 @@ from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
 from .statements import Statements
-from .template import fork_point as template_fork_point
-from .template import serve_if_asked
+from .template import serve_if_asked, serve_or_announce
 from .transaction import CommitMode
 
 if TYPE_CHECKING:
@@ -287,7 +286,7 @@ def fork_point() -> None:
     A worker that connects with :func:`~.lending.connect` and ends with
     ``leave(0, conn)`` passes its database session on to its replacement.
     """
-    template_fork_point(protocol_lender)
+    serve_or_announce(protocol_lender)
 
 
 def leave(status: int, conn: psycopg.Connection | None = None) -> None:

@@ -214,10 +214,10 @@ class Lender:
     def take(self, now: float) -> Loan | None:
         """What goes with the worker about to be forked: a waiting session, if a
         healthy one is there (else the worker connects itself), and the
-        configuration. None when lending is off."""
+        configuration. None when lending is off. (The template's loop has
+        collected what workers gave back just before the request.)"""
         if not self.lending:
             return None
-        self.collect(now)
         while self.idle:
             conn, _ = self.idle.pop()
             if _healthy(conn):
@@ -228,7 +228,7 @@ class Lender:
     def _prepare(self, now: float) -> None:
         """A worker ended without a session to give back (it connected itself):
         open one now, so that the next worker forked gets it. Done between
-        requests, never while the dispatcher waits for a fork."""
+        requests, never to serve one (a request that comes meanwhile waits)."""
         if self.idle or not self.lending:
             return
         if self._connect_failed_at is not None and now - self._connect_failed_at < RETRY_SECONDS:

@@ -19,7 +19,7 @@ The SDK then serves that socket instead of stdin:
 
 The template reads no ids. An SDK template also keeps the database sessions
 its workers give back when they end, and lends each to the next worker it
-forks (``lending.py``), and so does a program that calls :func:`fork_point`
+forks (``lending.py``), and so does a program that calls ``fork_point()``
 and connects with ``pepsi_dispatch.worker.connect``.
 
 A stage that has no template yet offers one to an exec'd worker
@@ -49,7 +49,7 @@ from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV, TEMPLATE_OFFER_ENV
 
 from .inhand import announce_template
 
-__all__ = ["Template", "accept_offer", "fork_point", "from_environment", "serve_if_asked"]
+__all__ = ["Template", "accept_offer", "from_environment", "serve_if_asked", "serve_or_announce"]
 
 #: How long a forked worker waits to be re-parented to the dispatcher (seconds).
 REPARENT_TIMEOUT = 5.0
@@ -315,19 +315,10 @@ def serve_if_asked(lender: Callable[[], SessionLender | None] | None = None) -> 
     return template.serve()
 
 
-def fork_point(lender: Callable[[], SessionLender | None] | None = None) -> None:
-    """For programs that speak the pipe protocol themselves: call it once the
-    program's modules are imported, before it connects or reads stdin
-    (``pepsi_dispatch.worker.fork_point`` passes the ``lender`` that lends
-    sessions to workers that connect with ``pepsi_dispatch.worker.connect``).
-
-    In a worker it returns at once, having said (in the in-hand slot's
-    capability word) that the program can be its stage's template. The
-    dispatcher then starts the program once more as the template: there the
-    call never returns -- it forks each new worker of the stage, and each
-    forked worker returns from it and goes on as a worker started by exec
-    would -- and the template process exits when the dispatcher closes it.
-    """
+def serve_or_announce(lender: Callable[[], SessionLender | None] | None = None) -> None:
+    """What ``pepsi_dispatch.worker.fork_point()`` does (documented there,
+    sdk/entry.py): serve as the template, never returning, if started as one;
+    in a worker, say in the slot that the program can be a template."""
     status = serve_if_asked(lender)
     if status is not None:
         sys.exit(status)

@@ -39,7 +39,7 @@ def test_fork_point_in_a_worker_sets_only_the_capability_word(tmp_path, monkeypa
     import struct
 
     from pepsi_dispatch.contract import CAN_TEMPLATE, INHAND_ENV, INHAND_WORD, TEMPLATE_ENV
-    from pepsi_dispatch.sdk import template
+    from pepsi_dispatch.sdk import entry
 
     slot = tmp_path / "slot"
     slot.write_bytes(bytes(16))
@@ -47,7 +47,7 @@ def test_fork_point_in_a_worker_sets_only_the_capability_word(tmp_path, monkeypa
     try:
         monkeypatch.setenv(INHAND_ENV, str(fd))
         monkeypatch.delenv(TEMPLATE_ENV, raising=False)
-        template.fork_point()
+        entry.fork_point()
         first, caps = struct.unpack("=" + INHAND_WORD.lstrip("=@") * 2, slot.read_bytes())
         assert (first, caps) == (0, CAN_TEMPLATE)
         assert os.environ[INHAND_ENV] == str(fd)
@@ -57,11 +57,11 @@ def test_fork_point_in_a_worker_sets_only_the_capability_word(tmp_path, monkeypa
 
 def test_fork_point_without_a_slot_does_nothing(monkeypatch) -> None:
     from pepsi_dispatch.contract import INHAND_ENV, TEMPLATE_ENV
-    from pepsi_dispatch.sdk import template
+    from pepsi_dispatch.sdk import entry
 
     monkeypatch.delenv(INHAND_ENV, raising=False)
     monkeypatch.delenv(TEMPLATE_ENV, raising=False)
-    template.fork_point()  # returns; nothing to announce to
+    entry.fork_point()  # returns; nothing to announce to
 
 
 LEAVING = """
