@@ -351,8 +351,8 @@ class Supervisor:
         return self.spawn(pool, now, warm=True)
 
     def spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None:
-        """A warm spare for ``old``, which nears MAX_MESSAGES."""
-        """Start ``old``'s replacement now, handed nothing until ``old`` drains."""
+        """A warm spare for ``old``, which nears MAX_MESSAGES: its replacement
+        started now, handed nothing until ``old`` drains."""
         pool.heirs.add(old.pid)
         self.spawn(pool, now, spare=True)
 
