@@ -333,6 +333,8 @@ def main(
             results[label].append(fn())
             say(f"  round {r + 1}: {label}: {results[label][-1]:,.0f}/s")
     _table(results, runs)
+    for line in round_ratios(results):
+        say(line)
     if COSTS:
         _cost_table(runs)
     if cconn is not None:
@@ -384,6 +386,47 @@ def _table(results: dict[str, list[float]], runs: int) -> None:
         fl = f"{med[k] / med[floor]:.2f}"
         say(f"| {k} | {med[k]:,.0f} | {min(v):,.0f}–{max(v):,.0f} | {rel} | {fl} |")
     say(f"load average after the run: {load}")
+
+
+#: The references of the per-round ratios: the table's name of each, and its column.
+RATIO_REFERENCES = (("perf preset", "× perf"), (", default, concurrency 8", "× default"))
+
+
+def round_ratios(results: dict[str, list[float]]) -> list[str]:
+    """Each of our rows against graphile-worker's presets in the same round.
+
+    Drains are interleaved, so a round's systems met the same box; on a noisy
+    VM the ratio of one round is steadier than the ratio of two medians taken
+    from different rounds. One markdown table: per row, each reference's
+    per-round ratios and their median. Empty when no reference ran.
+    """
+    refs = [
+        (ref, head)
+        for pattern, head in RATIO_REFERENCES
+        for ref in results
+        if ref.startswith("graphile-worker") and pattern in ref
+    ]
+    if not refs:
+        return []
+    lines = [
+        "",
+        "per round, against graphile-worker in the same round (median of the rounds' ratios):",
+        "| system and settings | " + " | ".join(head for _, head in refs) + " |",
+        "|---" * (len(refs) + 1) + "|",
+    ]
+    for label, rates in results.items():
+        if not label.startswith("pepsi-dispatch"):
+            continue
+        cells = []
+        for ref, _ in refs:
+            ratios = [a / b for a, b in zip(rates, results[ref], strict=True) if b > 0]
+            if not ratios:
+                cells.append("-")
+                continue
+            rounds = " / ".join(f"{x:.2f}" for x in ratios)
+            cells.append(f"{statistics.median(ratios):.2f} ({rounds})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _cost_table(runs: int) -> None:
