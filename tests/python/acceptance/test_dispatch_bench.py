@@ -19,7 +19,7 @@ from dispatch_harness import Harness, harness_fixture, read_worker_log, wait_unt
 
 
 def test_throughput_three_stage_noop(h: Harness) -> None:
-    n = int(os.environ.get("PEPSI_BENCH_MESSAGES", "5000"))
+    n = int(os.environ.get("PEPSI_BENCH_MESSAGES", "2000"))
     stages = h.pipeline(["a", "b", "c"])  # PARALLELISM 4, QUEUE_LIMIT 4 (defaults)
     for opts in stages.values():
         opts["PROGRAM"] = opts["PROGRAM"].replace(str(h.worker_log), str(h.tmp / "bench.log"))
@@ -76,6 +76,10 @@ def test_peers_bench_table_and_costs(h: Harness, capsys, monkeypatch) -> None:
     from pepsi_dispatch.devtools.bench import peers as bench_peers
 
     monkeypatch.setattr(bench_peer_drivers, "SETTLE", 0.0)  # the statistics' lag is not tested
+    floor = bench_peers.pgbench_floor  # a floor of 1 s instead of 5: its value is not tested
+    monkeypatch.setattr(
+        bench_peers, "pgbench_floor", lambda dsn, clients=8: floor(dsn, clients, seconds=1)
+    )
 
     rc = bench_peers.main(
         h.dsn,

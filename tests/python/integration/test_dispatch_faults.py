@@ -485,7 +485,8 @@ def test_a_replica_declared_dead_kills_its_workers_before_registering_again(
         SHUTDOWN_TIMEOUT="1 s",
     )
     first = h.start(conf)
-    (wid,) = h.enqueue("a", [{"do": "sleep:20;next"}])
+    # (busy when its replica is stopped; the other replica's run goes on at once)
+    (wid,) = h.enqueue("a", [{"do": "sleep_first:20;next"}])
     old_worker = _worker_pid_of(h, wid)
     os.kill(first.pid, signal.SIGSTOP)
     try:
@@ -499,6 +500,7 @@ def test_a_replica_declared_dead_kills_its_workers_before_registering_again(
     assert first.running() and second.running()
     h.wait_all(timeout=60)
     assert h.row(wid)["status"] == "done"
+    assert len(h.wlog().runs_of(wid)) == 2  # the killed run and the other replica's
     assert first.terminate() == 0
     assert second.terminate() == 0
 

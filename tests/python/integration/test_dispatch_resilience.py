@@ -401,7 +401,9 @@ def test_a_connection_lost_mid_wake_is_not_used_again_in_that_wake(h: Harness) -
     wake. (It did: an AssertionError ended the dispatcher as an internal error.)"""
     stages = h.pipeline(["a"], PARALLELISM=2, QUEUE_LIMIT=1, MAX_MESSAGES=2)
     d = h.start(h.conf(stages, STATS_INTERVAL="0.05 s"))
-    n = 400
+    # (enough to keep the workers recycling through the 6 s of kills, a few
+    # times what they finish meanwhile; every worker here is exec'd)
+    n = 150
     h.enqueue("a", [{"do": "sleep:0.005;next"} for _ in range(n)])
     deadline = time.monotonic() + 6
     killed = 0

@@ -25,6 +25,9 @@ ACTIONS is a list, or a string of actions separated by ";". Actions run in order
   until:N:ACTION     ACTION (e.g. fail, exit:3) while the row's retries are below N,
                      else act as "next" (automatic retries)
   sleep:SECONDS      sleep, then go on with the next action
+  sleep_first:SECONDS
+                     sleep as "sleep" on the id's first run only (no earlier START
+                     of it in --log, by any worker); on a later run go on at once
   stderr_flood:BYTES write BYTES of stderr lines, then go on
   stderr_noline:BYTES write one stderr line of BYTES bytes, then go on
   split_answer       write this message's answer line in two pieces, 0.2 s apart
@@ -68,6 +71,16 @@ DISPATCHER_ID = (
 )
 
 _log_fd: int | None = None
+_log_path: str | None = None
+
+
+def first_run(wq_id: int) -> bool:
+    """Is this run the id's first (its START, just logged, the only one in --log)?"""
+    if _log_path is None:
+        return True
+    prefix = f"START {wq_id} ".encode()
+    with open(_log_path, "rb") as f:
+        return sum(1 for line in f if line.startswith(prefix)) <= 1
 
 
 def log(*words: object) -> None:
@@ -177,7 +190,7 @@ def take_rows() -> None:
 
 
 def main() -> int:
-    global _log_fd
+    global _log_fd, _log_path
     parser = argparse.ArgumentParser()
     parser.add_argument("--log")
     parser.add_argument("--next", action="append", default=[], help="STAGE=SUCCESSOR")
@@ -195,6 +208,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.log:
         _log_fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        _log_path = args.log
     successors = dict(item.split("=", 1) for item in args.next)
     log("SPAWN", os.getpid(), STAGE, DISPATCHER_ID, *sys.argv[1:])
     if args.command != "worker":
@@ -259,7 +273,10 @@ def main() -> int:
                     name, arg = "advance", successors[STAGE]
                 else:
                     name = "finish"
-            if name == "sleep":
+            if name == "sleep_first":
+                if first_run(wq_id):
+                    time.sleep(float(arg))
+            elif name == "sleep":
                 time.sleep(float(arg))
             elif name == "stderr_noline":
                 os.write(2, b"y" * int(arg))  # one huge line, newline only at the very end
