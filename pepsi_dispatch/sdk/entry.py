@@ -161,8 +161,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         lent = take_lent()
         connection = ConnectionHolder(lent if lent is not None else connect(), connect)
     except psycopg.Error as exc:
-        print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
-        return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
+        return _cannot_connect(exc)
     status = 1
     try:
         try:
@@ -175,8 +174,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
             try:
                 connection.conn = connect()
             except psycopg.Error as exc:
-                print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
-                return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
+                return _cannot_connect(exc)
             facts = _start_facts(connection.conn)
         graph = _stage_graph(config, facts.overlay, stage)
         dispatch = HandlerDispatch(
@@ -194,6 +192,13 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         # (reset), for the next worker; otherwise it is closed.
         if status != 0 or not give_back(connection.conn):
             connection.close()
+
+
+def _cannot_connect(exc: psycopg.Error) -> int:
+    """Say why the worker could not connect; its exit status (EX_TEMPFAIL when the
+    server is out of reach: the dispatcher releases, not fails, what it holds)."""
+    print(f"pepsi worker: cannot connect to the database: {exc}", file=sys.stderr)
+    return EX_TEMPFAIL if isinstance(exc, psycopg.OperationalError) else 1
 
 
 def _template_lender(argv: list[str]) -> Lender | None:
