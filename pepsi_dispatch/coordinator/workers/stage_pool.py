@@ -93,6 +93,8 @@ class StagePool:
         #: claims and spawns are held back for the template on its way
         #: (:meth:`template_on_its_way`); the supervisor wakes the claim once it is not
         self.holding_for_template = False
+        #: the template probe was started (once per pool: :meth:`probe_wanted`)
+        self.probed = False
 
     # -- numbers --------------------------------------------------------------
     @property
@@ -279,6 +281,26 @@ class StagePool:
         self.spawned_at.pop(w.pid, None)
 
     # -- template ----------------------------------------------------------------
+    def probe_wanted(self, now: float) -> bool:
+        """Should the stage's template be offered now, before any message, to a
+        worker handed nothing and stopped at once (the template probe)? A
+        program that can be a template (the SDK's, or one calling
+        ``fork_point()``) forks it before it reads its stdin's EOF, so the
+        stage's first burst forks its workers instead of starting interpreters;
+        any other program just sees EOF and exits 0. Once per pool (the
+        dispatcher's start, each reload), for a stage that is not PAUSED, keeps
+        no MIN_WORKERS (its warm workers are offered the template), and has no
+        worker, template or cooldown yet."""
+        return not (
+            self.probed
+            or self.config.paused
+            or self.min_workers
+            or self.workers
+            or self.template is not None
+            or self.template_tried
+            or now < self.cooldown_until
+        )
+
     def template_offer(self, now: float) -> socket.socket | None:
         """The socket end to offer the worker about to be exec'd, so it can fork
         the stage's template from itself (templates.py); None while the stage

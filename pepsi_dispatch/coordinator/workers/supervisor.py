@@ -19,6 +19,7 @@ import os
 import selectors
 import subprocess
 from collections.abc import Callable, Mapping
+from enum import Enum
 
 from pepsi_dispatch.config import Config, DispatchConfig
 from pepsi_dispatch.contract import ROW_LINE_MAX
@@ -40,6 +41,15 @@ log = logging.getLogger(__name__)
 #: While a stage waits for its template (StagePool.template_on_its_way), how
 #: often to look whether it greeted (seconds): only at a stage's first burst.
 TEMPLATE_POLL = 0.01
+
+
+class SpawnFor(Enum):
+    """Why a worker is started; the value ends its log line."""
+
+    MESSAGES = ""  # ids are about to be placed on it
+    SPARE = " as a warm spare (MAX_MESSAGES recycle)"
+    WARM = " to keep MIN_WORKERS ({min_workers})"
+    PROBE = " to fork the stage's template before its first message, if it can be one"
 
 
 class Supervisor:
@@ -87,6 +97,9 @@ class Supervisor:
         self.sentinel = GroupSentinel()
         #: are we a child subreaper (templates need it)? None: not looked yet.
         self._subreaper: bool | None = None
+        #: new pools (a start, a reload) whose template probe is still to be
+        #: looked at (:meth:`probe_templates`)
+        self.probes_pending = False
 
     # == pools ===================================================================
     def all(self) -> list[WorkerProcess]:
@@ -111,6 +124,7 @@ class Supervisor:
         """Pools for the stages of ``config``; running workers keep their pool."""
         self.config = config
         self.generation += 1
+        self.probes_pending = True
         old = self.pools
         self.pools = {name: StagePool(sc, self.generation) for name, sc in config.stages.items()}
         for name, pool in old.items():
@@ -162,8 +176,10 @@ class Supervisor:
 
     # == timers =================================================================
     def next_deadline(self, now: float) -> float:
-        """The earliest of the watchdog table's rows and the warm workers' duty
-        (MIN_WORKERS); INF: none."""
+        """The earliest of the watchdog table's rows, the warm workers' duty
+        (MIN_WORKERS) and the template probes of new pools; INF: none."""
+        if self.probes_pending:
+            return now
         due = min(self.watchdogs.next_deadline(now), self.warm.next_due(now))
         if any(pool.holding_for_template for pool in self.pools.values()):
             due = min(due, now + TEMPLATE_POLL)
@@ -171,10 +187,13 @@ class Supervisor:
 
     def fire_due(self, now: float) -> None:
         """The watchdog rows that are due, then the missing warm workers
-        (MIN_WORKERS), then a claim for the stages whose template wait is over."""
+        (MIN_WORKERS), then the template probes of new pools, then a claim for
+        the stages whose template wait is over."""
         self.watchdogs.fire_due(now)
         if now >= self.warm.next_due(now):
             self.warm.run(now)
+        if self.probes_pending:
+            self.probe_templates(now)
         for pool in self.pools.values():
             if pool.holding_for_template and not pool.template_on_its_way(now):
                 pool.holding_for_template = False
@@ -277,6 +296,21 @@ class Supervisor:
             self._subreaper = is_subreaper()
         return self._subreaper and not self.shutting_down
 
+    def probe_templates(self, now: float) -> None:
+        """Offer each new pool's template to a worker that is handed nothing and
+        stopped at once (:meth:`StagePool.probe_wanted`), so that the first
+        burst after a start or a reload forks its workers."""
+        self.probes_pending = False
+        if not self._may_template():
+            return
+        for pool in list(self.pools.values()):
+            if not pool.probe_wanted(now):
+                continue
+            pool.probed = True
+            w = self.spawn(pool, now, SpawnFor.PROBE)
+            if w is not None:
+                self.stop(w, now, "template probe, handed nothing")
+
     def start_template(self, pool: StagePool, w: WorkerProcess, now: float) -> None:
         """``w`` says its program can be a template: start one for its stage,
         unless the worker forked one itself (``StagePool.template_offer``)."""
@@ -287,12 +321,11 @@ class Supervisor:
         pool.start_template(argv, self._env(pool), now)
 
     def spawn(
-        self, pool: StagePool, now: float, spare: bool = False, warm: bool = False
+        self, pool: StagePool, now: float, purpose: SpawnFor = SpawnFor.MESSAGES
     ) -> WorkerProcess | None:
-        """A new worker for ``pool`` (None: it cannot start; the stage cools down).
-        A ``spare`` is started warm for a worker nearing MAX_MESSAGES; a ``warm``
-        worker to keep MIN_WORKERS (it holds a slot, handed nothing yet). A stage
-        with a template forks it there, else execs PROGRAM."""
+        """A new worker for ``pool`` (None: it cannot start; the stage cools down),
+        started for ``purpose`` (:class:`SpawnFor`). A stage with a template forks
+        it there, else execs PROGRAM."""
         env = self._env(pool)
         offer = None
         try:
@@ -321,9 +354,9 @@ class Supervisor:
         self.sentinel.watch(w.pid)  # its pid is its process group id
         w.group_killed = self.sentinel.forget
         pool.workers.append(w)
-        if spare:
+        if purpose is SpawnFor.SPARE:
             pool.spares.add(w.pid)
-        elif not warm:  # a warm worker's first answer would time its wait too
+        elif purpose is SpawnFor.MESSAGES:  # a warm worker's first answer would time its wait too
             pool.spawned_at[w.pid] = now
         self.sel.register(
             w.stdout_fd, selectors.EVENT_READ, self.on_ready(w, "answers", self._on_stdout)
@@ -338,23 +371,19 @@ class Supervisor:
             "forked by the stage's template" if w.forked else "started",
             pool.holders(),
             pool.parallelism,
-            " as a warm spare (MAX_MESSAGES recycle)"
-            if spare
-            else f" to keep MIN_WORKERS ({pool.min_workers})"
-            if warm
-            else "",
+            purpose.value.format(min_workers=pool.min_workers),
         )
         return w
 
     def spawn_warm(self, pool: StagePool, now: float) -> WorkerProcess | None:
         """A worker started to keep ``pool`` at MIN_WORKERS (workers/warm.py)."""
-        return self.spawn(pool, now, warm=True)
+        return self.spawn(pool, now, SpawnFor.WARM)
 
     def spawn_spare(self, pool: StagePool, old: WorkerProcess, now: float) -> None:
         """A warm spare for ``old``, which nears MAX_MESSAGES: its replacement
         started now, handed nothing until ``old`` drains."""
         pool.heirs.add(old.pid)
-        self.spawn(pool, now, spare=True)
+        self.spawn(pool, now, SpawnFor.SPARE)
 
     def place(
         self,
@@ -556,4 +585,4 @@ class Supervisor:
         self.ledger.want_claim()
 
 
-__all__ = ["Supervisor"]
+__all__ = ["SpawnFor", "Supervisor"]

@@ -236,40 +236,76 @@ def _worker_starts(text: str) -> list[tuple[float, str]]:
     return out
 
 
-def test_the_first_burst_forks_its_workers_from_the_first_ones_template(h: Harness) -> None:
-    """A burst to a stage without workers yet: only its first worker is exec'd,
-    and the others are forked by the template it forks from itself, instead of
-    each importing an interpreter side by side inside the burst. Every message
-    runs once, never more than PARALLELISM at once."""
+def test_the_first_burst_forks_all_its_workers_from_the_probes_template(h: Harness) -> None:
+    """At start, before any message, the stage's template probe (a worker handed
+    nothing, stopped at once) forks the template from itself; the first burst
+    then forks all its workers, none imports an interpreter inside the burst.
+    Every message runs once, never more than PARALLELISM at once."""
     log = h.tmp / "sdk.log"
     program = f"{PYTHON} {ROOT / SDK_WORKER} --default-commit --log {log}"
     p, n = 4, 200
     stages = {"a": {"PROGRAM": program, "PARALLELISM": p, "QUEUE_LIMIT": 4}}
     conf = h.conf(stages, CONFIG_FILE=str(h.tmp / "pepsi.conf"), WORKER_IDLE_TIMEOUT="60 s")
     d = h.start(conf)
+    wait_until(
+        lambda: (
+            "forked by the stage's first worker" in d.log()
+            and "stopped (template probe, handed nothing): exited with code 0" in d.log()
+        ),
+        30,
+        message="the probe forks the template and exits",
+    )
     ids = h.enqueue("a", [{"plan": {"a": {"op": "finish", "sleep": 0.01}}}] * n)
     assert h.wait_all(timeout=90) == {"done": n}
     starts = [kind for _, kind in _worker_starts(d.log())]
-    assert starts == ["started"] + ["forked by"] * (p - 1), d.log()
+    assert starts == ["started"] + ["forked by"] * p, d.log()
     runs = read_worker_log(log).runs
     assert sorted(r.wq_id for r in runs) == sorted(ids)  # each id ran once
     assert len({r.pid for r in runs}) == p  # the forked workers took their share
     assert _most_at_once(runs) <= p
 
 
+def test_a_plain_protocol_programs_probe_ends_quietly_and_costs_its_stage_nothing(
+    h: Harness,
+) -> None:
+    """The template probe of a program that is not a template (a plain protocol
+    worker) reads EOF and exits 0: no template, no cooldown, no warning, nothing
+    run or failed; the stage's first messages then run as before, in workers
+    started by exec (the offer is made again, and again not taken)."""
+    log = h.tmp / "w.log"
+    d = h.start(h.conf({"a": {"PROGRAM": f"{h.program()} --log {log}", "PARALLELISM": 2}}))
+    wait_until(
+        lambda: "stopped (template probe, handed nothing): exited with code 0" in d.log(),
+        30,
+        message="the probe exits 0",
+    )
+    text = d.log()
+    assert "holding off" not in text and "template process" not in text, text
+    assert not [ln for ln in text.splitlines() if " WARNING " in ln and "SERVICE_USER" not in ln]
+    assert not log.exists() or not read_worker_log(log).runs  # it ran nothing
+    h.enqueue("a", 6)
+    assert h.wait_all(timeout=60) == {"done": 6}
+    assert len(read_worker_log(log).runs) == 6
+    starts = [kind for _, kind in _worker_starts(d.log())]
+    assert starts[0] == "started" and set(starts) == {"started"}, d.log()
+
+
 def test_a_program_that_takes_no_offer_delays_its_first_burst_by_the_hold_at_most(
     h: Harness,
 ) -> None:
     """The burst waits for a template only briefly: a plain protocol worker that
-    starts slowly (2 s before it reads) has its stage's other workers exec'd
-    after the hold (0.5 s), not after its first answer."""
+    starts slowly (2 s before it reads) and is offered the template first (the
+    stage's template probe, started with the dispatcher) has its stage's other
+    workers exec'd after the hold (0.5 s), not after the probe's end."""
     program = f"{h.program()} --startup-delay 2"
     p = 4
     d = h.start(h.conf({"a": {"PROGRAM": program, "PARALLELISM": p, "QUEUE_LIMIT": 1}}))
     h.enqueue("a", 8)
     assert h.wait_all(timeout=60) == {"done": 8}
-    starts = _worker_starts(d.log())
-    assert [kind for _, kind in starts] == ["started"] * p, d.log()
-    first = starts[0][0]
-    later = [t - first for t, _ in starts[1:]]
-    assert all(0.3 < dt < 1.8 for dt in later), (later, d.log())
+    text = d.log()
+    starts = _worker_starts(text)
+    assert "started (1/4) to fork the stage's template before its first message" in text, text
+    assert [kind for _, kind in starts] == ["started"] * len(starts), text
+    first = starts[0][0]  # the probe, which holds a slot until it exits (2 s)
+    later = [t - first for t, _ in starts[1:p]]
+    assert len(later) == p - 1 and all(0.3 < dt < 1.8 for dt in later), (later, text)

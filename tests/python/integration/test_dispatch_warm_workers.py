@@ -106,6 +106,11 @@ def test_min_workers_follow_a_reload_and_pause(h: Harness) -> None:
     def n_workers() -> int:
         return len(d.workers().get("a", []))
 
+    wait_until(
+        lambda: "(template probe, handed nothing): exited" in d.log() and n_workers() == 0,
+        20,
+        message=lambda: "the template probe's end\n" + d.tail(),
+    )
     _stays(lambda: n_workers() == 0, 1.0, "a worker without MIN_WORKERS and without messages")
     h.set_config("stage-a", "MIN_WORKERS", "2")
     wait_until(lambda: n_workers() == 2, 20, message=lambda: "warm workers\n" + d.tail())

@@ -169,7 +169,8 @@ def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: 
 
 
 def in_process_dispatcher(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A started Dispatcher (connected, locked, registered) without its loop."""
+    """A started Dispatcher (connected, locked, registered) without its loop, nor
+    the template probe its loop's first wake would start."""
     from pepsi_dispatch.config import load_config
     from pepsi_dispatch.coordinator.loop import Dispatcher
 
@@ -177,6 +178,7 @@ def in_process_dispatcher(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
     d.start()
+    d.supervisor.probes_pending = False
     return d
 
 

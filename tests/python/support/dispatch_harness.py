@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -34,6 +35,8 @@ DISPATCH = VENV_BIN / "pepsi-dispatch"
 WORKERS = Path(__file__).resolve().parent / "workers"
 SCRIPTED = WORKERS / "scripted_worker.py"
 SHELL = WORKERS / "shell_worker.sh"
+#: The dispatcher's line for a stage's template probe (a worker handed nothing).
+PROBE_LINE = re.compile(r"worker pid (\d+) started \(\d+/\d+\) to fork the stage's template")
 
 # Test defaults for [pepsi-dispatch]. POLL_INTERVAL is long on purpose: a test that
 # passes must have been driven by notifications and answers, not by the heartbeat.
@@ -525,7 +528,19 @@ class Harness:
         )
 
     def wlog(self) -> WorkerLog:
-        return read_worker_log(self.worker_log)
+        """The scripted workers' log, without the template probes' start and exit
+        (each stage's worker handed nothing when a dispatcher starts or reloads:
+        it runs nothing, so what a test counts are the workers of its messages)."""
+        wlog = read_worker_log(self.worker_log)
+        for pid in self.probes():
+            wlog.spawns.pop(pid, None)
+            wlog.exits.pop(pid, None)
+            wlog.queue_max.pop(pid, None)
+        return wlog
+
+    def probes(self) -> set[int]:
+        """Pids of the template probes every dispatcher of this test started."""
+        return {int(pid) for d in self.dispatchers for pid in PROBE_LINE.findall(d.log())}
 
     # -- teardown
 

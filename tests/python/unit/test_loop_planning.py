@@ -53,6 +53,7 @@ def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatche
     d = Dispatcher(load_config(str(conf)), clock=clock, db=db)  # type: ignore[arg-type]
     d.link.up(0)  # as after start(), without a database
     d.supervisor.build(d.config)  # pools, no processes yet
+    d.supervisor.probes_pending = False  # nor a template probe (a process)
     for duty in d.heartbeat_duties:
         duty.start(clock())  # 30 s: POLL_INTERVAL
     d.flip.at = clock() + 10

@@ -1,0 +1,109 @@
+"""The template probe: when a new pool offers its template to a worker handed
+nothing (StagePool.probe_wanted), and that the supervisor starts it once per
+pool and stops it at once (no database; the supervisor's spawn is a stand-in)."""
+
+from __future__ import annotations
+
+import selectors
+from pathlib import Path
+from typing import Any
+
+from pepsi_dispatch.config import load_config
+from pepsi_dispatch.config.model import StageConfig
+from pepsi_dispatch.coordinator.failwatch import FailureWatch
+from pepsi_dispatch.coordinator.ledger import Ledger
+from pepsi_dispatch.coordinator.stats import Stats
+from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
+from pepsi_dispatch.coordinator.workers.supervisor import SpawnFor, Supervisor
+
+
+def _pool(min_workers: int = 0, paused: bool = False) -> StagePool:
+    config = StageConfig("s", "/bin/true", (), 4, 4, 1000, min_workers=min_workers, paused=paused)
+    return StagePool(config, 1)
+
+
+def test_a_new_pool_wants_its_probe_once() -> None:
+    pool = _pool()
+    assert pool.probe_wanted(10.0)
+    pool.probed = True
+    assert not pool.probe_wanted(10.0)
+
+
+def test_no_probe_where_a_worker_or_a_template_would_take_the_offer_anyway() -> None:
+    warm = _pool(min_workers=1)  # its warm workers are offered the template
+    assert not warm.probe_wanted(10.0)
+    busy = _pool()
+    busy.workers.append(object())  # type: ignore[arg-type]
+    assert not busy.probe_wanted(10.0)
+    tried = _pool()
+    tried.template_tried = True
+    assert not tried.probe_wanted(10.0)
+
+
+def test_no_probe_for_a_paused_stage_or_during_a_cooldown() -> None:
+    assert not _pool(paused=True).probe_wanted(10.0)
+    cooling = _pool()
+    cooling.cooldown_until = 11.0
+    assert not cooling.probe_wanted(10.0)
+    assert cooling.probe_wanted(11.0)
+
+
+class _Stopped:
+    def __init__(self) -> None:
+        self.why = ""
+
+
+def _supervisor(tmp_path: Path, sections: str) -> tuple[Supervisor, list[tuple[str, SpawnFor]]]:
+    """A supervisor of the stages in ``sections`` whose spawn and stop are stand-ins."""
+    conf = tmp_path / "pepsi.conf"
+    conf.write_text("[pepsi-dispatch]\nSERVICE_USER = root\n" + sections)
+    config = load_config(str(conf))
+    sup = Supervisor(
+        config,
+        selectors.DefaultSelector(),
+        Stats(),
+        Ledger(),
+        lambda: True,
+        lambda: None,
+        FailureWatch(60.0, 0.0),
+    )
+    sup._subreaper = True
+    spawned: list[tuple[str, SpawnFor]] = []
+
+    def spawn(pool: StagePool, now: float, purpose: SpawnFor = SpawnFor.MESSAGES) -> Any:
+        spawned.append((pool.name, purpose))
+        w = _Stopped()
+        pool.workers.append(w)  # type: ignore[arg-type]
+        return w
+
+    def stop(w: Any, now: float, why: str) -> None:
+        w.why = why
+
+    sup.spawn = spawn  # type: ignore[method-assign]
+    sup.stop = stop  # type: ignore[method-assign]
+    sup.build(config)
+    return sup, spawned
+
+
+def test_the_supervisor_probes_each_new_pool_once_and_wakes_at_once_for_it(
+    tmp_path: Path,
+) -> None:
+    sup, spawned = _supervisor(
+        tmp_path,
+        "[stage-a]\nPROGRAM = /bin/true\n[stage-b]\nPROGRAM = /bin/true\nPAUSED = yes\n",
+    )
+    assert sup.next_deadline(5.0) == 5.0  # the loop does not sleep before the probes
+    sup.fire_due(5.0)
+    assert spawned == [("a", SpawnFor.PROBE)]
+    assert [w.why for w in sup.pools["a"].workers] == ["template probe, handed nothing"]  # type: ignore[attr-defined]
+    sup.pools["a"].workers.clear()  # the probe exited
+    assert sup.next_deadline(5.0) > 5.0
+    sup.fire_due(6.0)  # once per pool: not again when its probe is gone
+    assert spawned == [("a", SpawnFor.PROBE)]
+
+
+def test_no_probe_while_the_dispatcher_cannot_have_templates(tmp_path: Path) -> None:
+    sup, spawned = _supervisor(tmp_path, "[stage-a]\nPROGRAM = /bin/true\n")
+    sup._subreaper = False  # forked workers would not be ours
+    sup.fire_due(5.0)
+    assert spawned == []
