@@ -93,7 +93,8 @@ class StagePool:
         #: claims and spawns are held back for the template on its way
         #: (:meth:`template_on_its_way`); the supervisor wakes the claim once it is not
         self.holding_for_template = False
-        #: the template probe was started (once per pool: :meth:`probe_wanted`)
+        #: the template probe was started (once per pool: :meth:`probe_wanted`), or
+        #: is not wanted (a reload found the stage without a template)
         self.probed = False
 
     # -- numbers --------------------------------------------------------------
@@ -288,9 +289,9 @@ class StagePool:
         ``fork_point()``) forks it before it reads its stdin's EOF, so the
         stage's first burst forks its workers instead of starting interpreters;
         any other program just sees EOF and exits 0. Once per pool (the
-        dispatcher's start, each reload), for a stage that is not PAUSED, keeps
-        no MIN_WORKERS (its warm workers are offered the template), and has no
-        worker, template or cooldown yet."""
+        dispatcher's start; a reload, if the stage had a template), for a stage
+        that is not PAUSED, keeps no MIN_WORKERS (its warm workers are offered
+        the template), and has no worker, template or cooldown yet."""
         return not (
             self.probed
             or self.config.paused

@@ -128,6 +128,10 @@ class Supervisor:
         old = self.pools
         self.pools = {name: StagePool(sc, self.generation) for name, sc in config.stages.items()}
         for name, pool in old.items():
+            if name in self.pools:
+                # A reload probes only a stage whose old pool had a template: a
+                # program that is not one would start and exit for nothing each time.
+                self.pools[name].probed = pool.template is None or pool.template.offered
             pool.close_template()  # its workers are of the old configuration
             if name in self.pools:
                 self.pools[name].workers.extend(pool.workers)

@@ -265,6 +265,36 @@ def test_the_first_burst_forks_all_its_workers_from_the_probes_template(h: Harne
     assert _most_at_once(runs) <= p
 
 
+def test_a_reload_probes_a_stage_that_had_a_template_again(h: Harness) -> None:
+    """A reload ends the stage's template (its configuration is the old one) and
+    probes again, since the stage's program was one: the next burst is forked
+    by the new template. A plain program's stage is not probed again."""
+    log = h.tmp / "sdk.log"
+    sdk = f"{PYTHON} {ROOT / SDK_WORKER} --default-commit --log {log}"
+    stages = {
+        "a": {"PROGRAM": sdk, "PARALLELISM": 2, "QUEUE_LIMIT": 4},
+        "b": {"PROGRAM": h.program(), "PARALLELISM": 1},
+    }
+    conf = h.conf(stages, CONFIG_FILE=str(h.tmp / "pepsi.conf"), WORKER_IDLE_TIMEOUT="60 s")
+    d = h.start(conf)
+    probe = "to fork the stage's template before its first message"
+    ended = "stopped (template probe, handed nothing): exited with code 0"
+
+    def probed() -> list[str]:
+        return [ln.split(": worker pid")[0][-7:] for ln in d.log().splitlines() if probe in ln]
+
+    wait_until(lambda: d.log().count(ended) == 2, 30, message=lambda: "both probes\n" + d.tail())
+    assert sorted(probed()) == ["stage a", "stage b"], d.log()
+    h.set_config("stage-a", "MAX_RETRIES", "7")  # any change: a reload
+    wait_until(lambda: d.log().count(ended) == 3, 30, message=lambda: "a's probe\n" + d.tail())
+    assert sorted(probed()) == ["stage a", "stage a", "stage b"], d.log()
+    text = d.log()
+    h.enqueue("a", [{"plan": {"a": {"op": "finish"}}}] * 20)
+    assert h.wait_all(timeout=60) == {"done": 20}
+    after = d.log()[len(text) :]
+    assert "forked by the stage's template" in after and " started (" not in after, after
+
+
 def test_a_plain_protocol_programs_probe_ends_quietly_and_costs_its_stage_nothing(
     h: Harness,
 ) -> None:

@@ -107,3 +107,32 @@ def test_no_probe_while_the_dispatcher_cannot_have_templates(tmp_path: Path) -> 
     sup._subreaper = False  # forked workers would not be ours
     sup.fire_due(5.0)
     assert spawned == []
+
+
+class _Template:
+    """What a reload reads of an old pool's template, and ends."""
+
+    def __init__(self, offered: bool = False) -> None:
+        self.offered = offered
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_reload_probes_again_only_the_stages_that_had_a_template(tmp_path: Path) -> None:
+    sections = "[stage-a]\nPROGRAM = /bin/true\n[stage-b]\nPROGRAM = /bin/true\n"
+    sections += "[stage-c]\nPROGRAM = /bin/true\n"
+    sup, spawned = _supervisor(tmp_path, sections)
+    sup.fire_due(5.0)
+    assert sorted(spawned) == [(s, SpawnFor.PROBE) for s in "abc"]
+    for pool in sup.pools.values():
+        pool.workers.clear()  # the probes exited
+    old = sup.pools
+    old["a"].template = _Template()  # an SDK program: its probe forked the template
+    old["b"].template = _Template(offered=True)  # an offer its program never took
+    spawned.clear()
+    sup.build(sup.config)  # a reload
+    assert old["a"].template is None and old["b"].template is None  # both ended
+    sup.fire_due(6.0)
+    assert spawned == [("a", SpawnFor.PROBE)]  # not b nor c: no program start for nothing
