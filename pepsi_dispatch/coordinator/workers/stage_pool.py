@@ -428,11 +428,15 @@ class StagePool:
         self.held_cause = None
 
     def take_history(self, old: StagePool) -> None:
-        """After a reload: the cooldown and hold-off of the stage's previous pool."""
+        """After a reload: the cooldown and hold-off of the stage's previous pool
+        (called before its template is ended), and whether to probe: only when
+        it had a template, for a program that is not one would start and exit
+        for nothing at every reload."""
         self.cooldown_until = old.cooldown_until
         self.cooldown = old.cooldown
         self.held_since = old.held_since
         self.held_cause = old.held_cause
+        self.probed = old.template is None or old.template.offered
 
     def health(self, now: float) -> dict[str, Any]:
         """The stage's health for the heartbeat (``pepsi.stage_health`` reads it).

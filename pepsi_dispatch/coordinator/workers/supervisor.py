@@ -129,15 +129,11 @@ class Supervisor:
         self.pools = {name: StagePool(sc, self.generation) for name, sc in config.stages.items()}
         for name, pool in old.items():
             if name in self.pools:
-                # A reload probes only a stage whose old pool had a template: a
-                # program that is not one would start and exit for nothing each time.
-                self.pools[name].probed = pool.template is None or pool.template.offered
-            pool.close_template()  # its workers are of the old configuration
-            if name in self.pools:
                 self.pools[name].workers.extend(pool.workers)
                 self.pools[name].take_history(pool)
             elif pool.workers:
                 self.leftover.append(pool)
+            pool.close_template()  # its workers are of the old configuration
         # A stage removed by one reload and added again by the next: the workers
         # of its old pool (retiring) still run and count against PARALLELISM.
         for pool in list(self.leftover):
