@@ -436,7 +436,15 @@ class StagePool:
         self.cooldown = old.cooldown
         self.held_since = old.held_since
         self.held_cause = old.held_cause
-        self.probed = old.template is None or old.template.offered
+        self.probed = not old.has_or_awaits_template()
+
+    def has_or_awaits_template(self) -> bool:
+        """Does the stage have a template, or an offer still open (its worker
+        may be forking it)? Reads a greeting that has arrived (never blocks):
+        the template a probe forked says ``ready`` on its own, unasked, and
+        an offer whose worker is gone without taking it is dropped here."""
+        self._template_ready()
+        return self.template is not None
 
     def health(self, now: float) -> dict[str, Any]:
         """The stage's health for the heartbeat (``pepsi.stage_health`` reads it).

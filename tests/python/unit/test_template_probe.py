@@ -110,29 +110,47 @@ def test_no_probe_while_the_dispatcher_cannot_have_templates(tmp_path: Path) -> 
 
 
 class _Template:
-    """What a reload reads of an old pool's template, and ends."""
+    """What a reload reads of an old pool's template (its greeting, without
+    blocking), and ends."""
 
-    def __init__(self, offered: bool = False) -> None:
-        self.offered = offered
-        self.closed = False
+    def __init__(self, greeted: bool = False, worker_gone: bool = False) -> None:
+        self.greeted = greeted
+        self.offered = True  # no process of its own until its greeting is read
+        self.pid = 4242
+        self.closed = worker_gone
+
+    @property
+    def sock(self) -> _Template:
+        return self
+
+    def fileno(self) -> int:
+        return -1 if self.closed else 7
+
+    def ready(self) -> bool:
+        self.offered = not self.greeted
+        return self.greeted
 
     def close(self) -> None:
         self.closed = True
 
 
 def test_a_reload_probes_again_only_the_stages_that_had_a_template(tmp_path: Path) -> None:
-    sections = "[stage-a]\nPROGRAM = /bin/true\n[stage-b]\nPROGRAM = /bin/true\n"
-    sections += "[stage-c]\nPROGRAM = /bin/true\n"
+    sections = "".join(f"[stage-{s}]\nPROGRAM = /bin/true\n" for s in "abcd")
     sup, spawned = _supervisor(tmp_path, sections)
     sup.fire_due(5.0)
-    assert sorted(spawned) == [(s, SpawnFor.PROBE) for s in "abc"]
+    assert sorted(spawned) == [(s, SpawnFor.PROBE) for s in "abcd"]
     for pool in sup.pools.values():
         pool.workers.clear()  # the probes exited
     old = sup.pools
-    old["a"].template = _Template()  # an SDK program: its probe forked the template
-    old["b"].template = _Template(offered=True)  # an offer its program never took
+    # an SDK program: its probe forked the template, whose greeting is unread yet
+    old["a"].template = _Template(greeted=True)
+    old["b"].template = _Template(worker_gone=True)  # an offer its program never took
+    old["d"].template = _Template()  # an offer still open: its worker may be forking it
+    templates = {name: old[name].template for name in "abd"}
     spawned.clear()
     sup.build(sup.config)  # a reload
-    assert old["a"].template is None and old["b"].template is None  # both ended
+    assert all(old[name].template is None for name in "abd")  # all ended
+    assert all(t.closed for t in templates.values())
     sup.fire_due(6.0)
-    assert spawned == [("a", SpawnFor.PROBE)]  # not b nor c: no program start for nothing
+    # not b nor c: no program start for nothing
+    assert sorted(spawned) == [("a", SpawnFor.PROBE), ("d", SpawnFor.PROBE)]
