@@ -356,7 +356,8 @@ class Supervisor:
         pool.workers.append(w)
         if purpose is SpawnFor.SPARE:
             pool.spares.add(w.pid)
-        elif purpose is SpawnFor.MESSAGES:  # a warm worker's first answer would time its wait too
+        elif purpose is SpawnFor.MESSAGES:
+            # timed from now; a warm or probe worker's first answer would time its idle wait too
             pool.spawned_at[w.pid] = now
         self.sel.register(
             w.stdout_fd, selectors.EVENT_READ, self.on_ready(w, "answers", self._on_stdout)
