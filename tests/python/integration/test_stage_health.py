@@ -84,9 +84,18 @@ def test_removed_program_held_off_everywhere_then_serving(h: Harness, tmp_path: 
         assert js["b"]["health"] == {"state": "serving"}
         assert js["b"]["pending"] == 0 and js["b"]["expired"] == 0  # zeros are there
 
-        # /metrics: the per-stage gauge.
-        metrics = srv.get("/metrics")[2]
-        assert 'pepsi_stage_health{stage="a",state="no_worker"} 1.0' in metrics
+        # /metrics: the per-stage gauge (a scrape may be served from the snapshot
+        # cached up to a second before the change).
+        metrics = wait_until(
+            lambda: (
+                (m := srv.get("/metrics")[2])
+                and 'pepsi_stage_health{stage="a",state="no_worker"} 1.0' in m
+                and m
+            ),
+            10,
+            0.2,
+            lambda: srv.get("/metrics")[2],
+        )
         assert 'pepsi_stage_health{stage="a",state="serving"} 0.0' in metrics
         assert 'pepsi_stage_health{stage="b",state="serving"} 1.0' in metrics
 
