@@ -50,6 +50,10 @@ OFFER_GRACE = 2.0
 #: An SDK worker forks it after its imports (0.15-0.2 s here); a program that
 #: takes no offers costs its other workers at most this wait, once per pool.
 TEMPLATE_HOLD = 0.5
+#: How long after an offer the supervisor looks for the greeting of a template
+#: whose worker stopped (StagePool.greeting_awaited; seconds). A probe's worker
+#: forks it after its imports, which a loaded box may stretch to seconds.
+GREETING_WAIT = 30.0
 
 
 class StagePool:
@@ -336,6 +340,24 @@ class StagePool:
         self.holding_for_template = waiting
         return waiting
 
+    def greeting_awaited(self, now: float) -> bool:
+        """Is an offer out whose worker is stopping or gone, its template's
+        greeting not read yet? The template probe's worker is stopped at once,
+        so nothing else would read the greeting before the stage's first burst;
+        the supervisor looks for it (:meth:`read_greeting`) until it comes, the
+        offer's socket closes (no template: dropped), or :data:`GREETING_WAIT`
+        after the offer. An offer to a worker still serving is read when the
+        stage next spawns, as before."""
+        template = self.template
+        if template is None or not template.offered or now - self.offered_at >= GREETING_WAIT:
+            return False
+        return not any(w.pid == self.offered_to and not w.stopping for w in self.workers)
+
+    def read_greeting(self) -> None:
+        """Read the template's greeting if it has arrived (never blocks; logged
+        once read); an offer whose worker left without taking it is dropped."""
+        self._template_ready()
+
     def start_template(self, argv: list[str], env: Mapping[str, str], now: float) -> None:
         """Start the stage's template (once per pool); new workers are forked by
         it once it is ready, exec'd until then. Nothing when a worker's template
@@ -443,7 +465,7 @@ class StagePool:
         may be forking it)? Reads a greeting that has arrived (never blocks):
         the template a probe forked says ``ready`` on its own, unasked, and
         an offer whose worker is gone without taking it is dropped here."""
-        self._template_ready()
+        self.read_greeting()
         return self.template is not None
 
     def health(self, now: float) -> dict[str, Any]:

@@ -38,8 +38,10 @@ from pepsi_dispatch.coordinator.workers.watchdogs import Watchdogs
 
 log = logging.getLogger(__name__)
 
-#: While a stage waits for its template (StagePool.template_on_its_way), how
-#: often to look whether it greeted (seconds): only at a stage's first burst.
+#: While a stage waits for its template (StagePool.template_on_its_way) or for
+#: the greeting of one its stopped worker forked (StagePool.greeting_awaited),
+#: how often to look whether it greeted (seconds): only at a stage's first
+#: burst or probe.
 TEMPLATE_POLL = 0.01
 
 
@@ -177,24 +179,30 @@ class Supervisor:
     # == timers =================================================================
     def next_deadline(self, now: float) -> float:
         """The earliest of the watchdog table's rows, the warm workers' duty
-        (MIN_WORKERS) and the template probes of new pools; INF: none."""
+        (MIN_WORKERS), the template probes of new pools and the look for a
+        template's greeting; INF: none."""
         if self.probes_pending:
             return now
         due = min(self.watchdogs.next_deadline(now), self.warm.next_due(now))
-        if any(pool.holding_for_template for pool in self.pools.values()):
+        if any(
+            pool.holding_for_template or pool.greeting_awaited(now) for pool in self.pools.values()
+        ):
             due = min(due, now + TEMPLATE_POLL)
         return due
 
     def fire_due(self, now: float) -> None:
         """The watchdog rows that are due, then the missing warm workers
-        (MIN_WORKERS), then the template probes of new pools, then a claim for
-        the stages whose template wait is over."""
+        (MIN_WORKERS), then the template probes of new pools, then the greetings
+        of templates whose worker stopped, then a claim for the stages whose
+        template wait is over."""
         self.watchdogs.fire_due(now)
         if now >= self.warm.next_due(now):
             self.warm.run(now)
         if self.probes_pending:
             self.probe_templates(now)
         for pool in self.pools.values():
+            if pool.greeting_awaited(now):
+                pool.read_greeting()  # so a probe's template is known before the first burst
             if pool.holding_for_template and not pool.template_on_its_way(now):
                 pool.holding_for_template = False
                 self.ledger.want_claim()  # its free slots count again

@@ -13,8 +13,8 @@ from pepsi_dispatch.config.model import StageConfig
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
-from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
-from pepsi_dispatch.coordinator.workers.supervisor import SpawnFor, Supervisor
+from pepsi_dispatch.coordinator.workers.stage_pool import GREETING_WAIT, StagePool
+from pepsi_dispatch.coordinator.workers.supervisor import TEMPLATE_POLL, SpawnFor, Supervisor
 
 
 def _pool(min_workers: int = 0, paused: bool = False) -> StagePool:
@@ -154,3 +154,44 @@ def test_a_reload_probes_again_only_the_stages_that_had_a_template(tmp_path: Pat
     sup.fire_due(6.0)
     # not b nor c: no program start for nothing
     assert sorted(spawned) == [("a", SpawnFor.PROBE), ("d", SpawnFor.PROBE)]
+
+
+class _Worker:
+    """What the supervisor's timers read of a worker that holds nothing."""
+
+    def __init__(self, pid: int, stopping: bool) -> None:
+        self.pid, self.stopping = pid, stopping
+        self.killed = self.eof = False
+        self.inflight: list[int] = []
+        self.stop_deadline = 0.0
+
+
+def test_the_supervisor_reads_a_stopped_workers_template_greeting_unasked(
+    tmp_path: Path,
+) -> None:
+    """A probe's worker is stopped at once: its template's greeting is looked
+    for on a short timer and read (logged) before any message, not at the first
+    burst; an offer to a worker still serving is not polled."""
+    sup, _ = _supervisor(tmp_path, "[stage-a]\nPROGRAM = /bin/true\n")
+    sup.fire_due(5.0)  # the probe
+    pool = sup.pools["a"]
+    template = _Template()
+    pool.template, pool.offered_at, pool.offered_to = template, 5.0, 99  # type: ignore[assignment]
+    pool.workers[:] = [_Worker(99, stopping=True)]  # type: ignore[list-item]
+    assert sup.next_deadline(5.5) == 5.5 + TEMPLATE_POLL
+    sup.fire_due(5.5)
+    assert pool.template is template and template.offered  # not arrived yet: still awaited
+    template.greeted = True
+    pool.workers.clear()  # the probe exited before its template greeted
+    assert sup.next_deadline(6.0) == 6.0 + TEMPLATE_POLL
+    sup.fire_due(6.0)
+    assert not template.offered  # read: the stage's template
+    assert sup.next_deadline(6.0) > 6.0 + 1  # nothing more to look for
+
+    serving = _Template()
+    pool.template = serving  # type: ignore[assignment]
+    pool.workers[:] = [_Worker(99, stopping=False)]  # type: ignore[list-item]
+    assert not pool.greeting_awaited(6.0)  # read when the stage next spawns
+    pool.workers[0].stopping = True  # type: ignore[attr-defined]
+    assert pool.greeting_awaited(6.0)
+    assert not pool.greeting_awaited(5.0 + GREETING_WAIT)  # not for ever
