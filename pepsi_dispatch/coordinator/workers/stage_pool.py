@@ -347,7 +347,7 @@ class StagePool:
         the supervisor looks for it (:meth:`read_greeting`) until it comes, the
         offer's socket closes (no template: dropped), or :data:`GREETING_WAIT`
         after the offer. An offer to a worker still serving is read when the
-        stage next spawns, as before."""
+        stage next spawns a worker."""
         template = self.template
         if template is None or not template.offered or now - self.offered_at >= GREETING_WAIT:
             return False
