@@ -235,12 +235,18 @@ def test_dispatcher_is_a_subreaper_and_reaps_escaped_grandchildren(h: Harness) -
             conn = psycopg.connect(os.environ["PEPSI_DSN"], autocommit=True)
             for line in sys.stdin:
                 wid = int(line)
+                escaped_r, escaped_w = os.pipe()
                 if os.fork() == 0:
                     os.setsid()  # leaves the worker's process group
                     with open("{h.tmp}/escaped", "w") as f:
                         f.write(str(os.getpid()))
+                    os.write(escaped_w, b"x")
                     time.sleep(3)
                     os._exit(0)
+                # Answer only once the child is out of the group: the worker's exit
+                # SIGKILLs its group, which would take a child still in it along.
+                os.close(escaped_w)
+                os.read(escaped_r, 1)
                 conn.execute("select pepsi.finish(%s, %s, %s)", (wid, os.environ["PEPSI_STAGE"],
                              int(os.environ["PEPSI_DISPATCHER_ID"])))
                 print(0, flush=True)
