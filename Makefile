@@ -10,7 +10,7 @@ MIGRATE := out=$$(PEPSI_DSN="$$dsn" $(VENV)/bin/alembic upgrade head 2>&1) || { 
 PG_MAJOR ?= $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1)
 
 # Phony targets.
-.PHONY: help db-deps system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover endurance
+.PHONY: migration schema-dump help db-deps system-deps install db demo demo-stop test test-sql test-python test-unit lint bench stop-db clean man chaos failover endurance
 
 help:
 	@echo "make install   .venv with pepsi-dispatch (editable) and test extras"
@@ -23,6 +23,8 @@ help:
 	@echo "make chaos     randomized fault soak, both modes (CHAOS_SECONDS=300 per mode, CHAOS_SEED, CHAOS_FAULTS)"
 	@echo "make failover  primary + synchronous hot standby; promote under load (tests/chaos/failover.py)"
 	@echo "make endurance steady half-capacity load, bounds on RSS/fds/latency/sizes (ENDURANCE_MINUTES=30; not in make test)"
+	@echo "make migration NAME=what  freeze the live sql/ files that changed into a new migration"
+	@echo "make schema-dump  rewrite migrations/head_schema.sql (pg_dump of head; a test compares)"
 	@echo "make man       man/*.1, man/*.5 from --help and docs/CONFIG.md (the wheel installs them)"
 	@echo "make demo-stop stop the embedded PostgreSQL that make demo/db leave running"
 
@@ -91,6 +93,16 @@ test-python: install system-deps
 # No database, no system packages: tests/python/unit alone.
 test-unit: install
 	$(VENV)/bin/pytest tests/python/unit
+
+# A changed live file in sql/ becomes a frozen revision in migrations/sql/ and a new
+# migration in migrations/versions/ (see CONTRIBUTING.md).
+migration: install
+	@[ -n "$${NAME:-}" ] || { echo "error: give the migration a name: make migration NAME=what_it_does" >&2; exit 2; }
+	$(PY) scripts/new_migration.py "$$NAME"
+
+# The committed pg_dump of head, rewritten from a scratch database ($$PEPSI_DSN's cluster or a throwaway one).
+schema-dump: install db-deps
+	$(PY) -m pepsi_dispatch.devtools.schemadump
 
 lint: install
 	$(VENV)/bin/ruff check pepsi_dispatch tests migrations scripts examples

@@ -1,18 +1,26 @@
-"""Run the SQL files of sql/ from alembic migrations.
+"""Run the frozen SQL copies of migrations/sql/ from alembic migrations.
 
-A migration names versions, it does not embed SQL:
+Two trees hold SQL:
 
-    install(op, "claim", 2)        # sql/functions/claim.v2.sql
-    run(op, "tables", 1)           # sql/schema/tables.v1.sql
+* ``sql/`` (top of the repository) holds the one live copy of every database
+  object: ``sql/functions/NAME.sql`` is what ``pepsi.NAME`` is at head,
+  ``sql/schema/grants.sql`` the complete privileges at head.  People edit
+  those files in place, so a change is reviewed as a diff.
+* ``migrations/sql/`` holds history: ``functions/NAME.vN.sql`` is revision N
+  of ``pepsi.NAME`` and ``schema/NAME.vN.sql`` a one-shot schema script, each
+  written once (by ``make migration``, from the live file) and never edited
+  after.
 
-and its downgrade installs the previous version again.  A function file is
-never edited once a migration has installed it; a change is a new file
-NAME.v(N+1).sql plus a migration.
+A migration names revisions, it does not embed SQL:
 
-Grants are not pasted into migrations (0003..0012 did; from 0014 on they do
-not): sql/schema/grants.vN.sql is the complete, idempotent set at head, and a
-migration that adds or re-creates a function writes grants.v(N+1).sql and
-runs it after the functions exist; its downgrade runs grants.vN again.
+    install(op, "claim", 2)        # migrations/sql/functions/claim.v2.sql
+    run(op, "tables", 1)           # migrations/sql/schema/tables.v1.sql
+
+and its downgrade installs the previous revision again.  Grants are not pasted
+into migrations (0003..0012 did; from 0014 on they do not): each
+``schema/grants.vN.sql`` is the complete, idempotent set of its time, and a
+migration that adds or re-creates a function runs the next one after the
+functions exist; its downgrade runs the previous one again.
 
 The text goes to psycopg unchanged (no SQLAlchemy bind-parameter parsing,
 no %-placeholders), inside alembic's migration transaction.
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parent / "sql"
 
 
 def function_path(name: str, version: int) -> Path:
@@ -44,10 +52,10 @@ def _execute(op, path: Path) -> None:
 
 
 def install(op, name: str, version: int) -> None:
-    """Create (or replace) pepsi.NAME from sql/functions/NAME.vVERSION.sql."""
+    """Create (or replace) pepsi.NAME from migrations/sql/functions/NAME.vVERSION.sql."""
     _execute(op, function_path(name, version))
 
 
 def run(op, name: str, version: int) -> None:
-    """Run sql/schema/NAME.vVERSION.sql."""
+    """Run migrations/sql/schema/NAME.vVERSION.sql."""
     _execute(op, schema_path(name, version))

@@ -4,7 +4,7 @@ v1 joined the UPDATE to a materialized CTE of picked ids; with a backlog
 (460,000 pending of 1,000,000 rows) the planner hash-joined it over a
 sequential scan of the table, ~140 ms per claim.  v2 passes the pick as an
 array to `workqueue_id = ANY(...)`: a primary-key index scan, ~1 ms.
-Numbers and plans in sql/functions/claim.v2.sql.
+Numbers and plans in migrations/sql/functions/claim.v2.sql.
 
 Revision ID: 0002
 Revises: 0001

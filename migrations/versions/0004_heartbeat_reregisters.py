@@ -3,7 +3,7 @@
 v1 raised P0002 when the registration was gone; the dispatcher takes any
 database error for a lost connection, reconnects and heartbeats again, so a
 replica that had been partitioned longer than ORPHAN_TIMEOUT looped forever.
-See sql/functions/heartbeat.v2.sql.
+See migrations/sql/functions/heartbeat.v2.sql.
 
 Revision ID: 0004
 Revises: 0003

@@ -4,7 +4,7 @@ The pick orders by (stage, workqueue_id), the partial pending index's own
 order, and the UPDATE's pending re-check no longer matches that index's
 predicate, so a bulk enqueue into a table analyzed while empty no longer
 makes each claim scan the whole pending index (~14 ms -> ~0.8 ms for 20,000
-pending rows).  Numbers in sql/functions/claim.v3.sql.
+pending rows).  Numbers in migrations/sql/functions/claim.v3.sql.
 
 Revision ID: 0005
 Revises: 0004

@@ -3,7 +3,7 @@
 The dispatcher passes, per stage, the highest id it knows was claimed with no
 pending row of that stage left below it; the pick's index scan starts there
 instead of walking the dead entries that claimed rows leave at the low end of
-the partial pending index until VACUUM.  Numbers in sql/functions/claim.v4.sql.
+the partial pending index until VACUUM.  Numbers in migrations/sql/functions/claim.v4.sql.
 
 The signature changes (a fifth parameter), so CREATE OR REPLACE cannot keep
 the old function: the 4-argument one is dropped, the new one created and

@@ -3,7 +3,7 @@
 Delayed messages, object-only payloads, cancel, automatic retries, the stage
 registry and the functions behind pepsi-queue show/status/failed:
 
-- schema: pepsi.stages, the stage registry (sql/schema/stages.v1.sql);
+- schema: pepsi.stages, the stage registry (migrations/sql/schema/stages.v1.sql);
 - pause v3: refuses a non-finite `until` (22008);
 - requeue_due v3: rows paused until 'infinity' are never due and never make
   next_due infinite; delayed rows flip without a retry;

@@ -1,6 +1,6 @@
 """pepsi-httpd: the pepsi_dashboard role, dashboard_* functions, heartbeat v3.
 
-* sql/schema/dashboard.v1.sql: role pepsi_dashboard (NOLOGIN, created when
+* migrations/sql/schema/dashboard.v1.sql: role pepsi_dashboard (NOLOGIN, created when
   missing), USAGE on schema pepsi, column dispatchers.gauges (jsonb).
 * heartbeat v3: an optional gauges jsonb argument (the dispatcher's in-memory
   gauges for /metrics).  A new signature, so v2's is dropped first; the

@@ -2,7 +2,7 @@
 
 The SQL functions are the only surface; the Python side reads no
 table of schema pepsi.  New functions, EXECUTE for pepsi_dispatcher only
-(sql/schema/grants.v2.sql):
+(migrations/sql/schema/grants.v2.sql):
 
 * dispatcher_registered(dispatcher_id): is the registration still there
   (competing replicas, after a replica declared this one dead);

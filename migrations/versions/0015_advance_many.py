@@ -7,7 +7,7 @@ over `workqueue_id = ANY(ids)`, returning the ids it advanced, as finish_many
 stage to one stage through it.
 
 New function only: nothing existing changes. Granted to pepsi_stage like
-pepsi.advance and finish_many, by sql/schema/grants.v3.sql (grants.v2.sql
+pepsi.advance and finish_many, by migrations/sql/schema/grants.v3.sql (grants.v2.sql
 plus that grant), run after the function exists.
 
 Downgrade drops it and runs grants.v2.sql again: 0014's catalog exactly.

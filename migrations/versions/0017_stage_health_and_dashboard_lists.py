@@ -15,7 +15,7 @@
   by normalised reason with the raw reasons.  Same signature.
 * metrics v2: pepsi_queue_depth zeros included.  Same signature.
 
-Grants: sql/schema/grants.v4.sql (grants.v3.sql plus the two new EXECUTEs),
+Grants: migrations/sql/schema/grants.v4.sql (grants.v3.sql plus the two new EXECUTEs),
 run after the functions exist.
 
 Downgrade installs dashboard_snapshot v3 and metrics v1, drops the three new

@@ -17,7 +17,7 @@
 * message_story v2: a paused-then-resumed message no longer shows a stale
   pause_reason.
 
-Grants: sql/schema/grants.v5.sql (grants.v4.sql plus the above).
+Grants: migrations/sql/schema/grants.v5.sql (grants.v4.sql plus the above).
 
 Downgrade drops all of it and installs the previous versions: 0017's catalog.
 
@@ -73,7 +73,7 @@ def downgrade() -> None:
     install(op, "message_story", 1)
     for signature in NEW_FUNCTIONS:
         op.execute(f"DROP FUNCTION {signature}")
-    run(op, "history_drop", 1)
+    run(op, "history_drop", 2)  # v1 kept the role's grants when the role was kept
     for signature in HELPERS:
         op.execute(f"DROP FUNCTION {signature}")
     run(op, "grants", 4)

@@ -5,7 +5,7 @@ job_key, crontab with known_crontabs, reschedule_jobs; River's priorities,
 unique jobs, periodic jobs; procrastinate's priority, queueing_lock, periodic
 tasks; PgQueuer's priority, dedupe_key, schedules):
 
-- schema (sql/schema/queue_options.v1.sql): workqueue.priority (int not null
+- schema (migrations/sql/schema/queue_options.v1.sql): workqueue.priority (int not null
   default 0) and workqueue.dedupe_key (text); the claim index becomes
   (stage, priority DESC, workqueue_id) WHERE pending; a unique partial index
   on dedupe_key over pending, running and paused rows; table schedule_ticks.

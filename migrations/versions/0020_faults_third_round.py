@@ -5,7 +5,7 @@
   previous_error, cancelled_status, scheduled_for). v2 refused only dispatch_error, so a
   stage could write delayed_until, pause, and have requeue_due flip its
   message back without counting a retry and never expire it. Running rows
-  that already carry the forged mark lose it (sql/schema/reserved_state.v1).
+  that already carry the forged mark lose it (migrations/sql/schema/reserved_state.v1).
 * dashboard_pause_stage v2 pauses only stages of the stage registry: a
   PAUSED row for an unknown stage made the graph stop parsing, the
   dispatcher exit 1, and every restart exit 2.

@@ -172,7 +172,7 @@ def test_large_backlog_keeps_the_index_plan_where_v1_scanned_the_table(big_dsn: 
             # this is the regression v2 fixed, so the test proves it can see it.
             # (v4 has a fifth parameter: drop it, or the 4-argument call is ambiguous.)
             conn.execute("DROP FUNCTION pepsi.claim(bigint, text[], integer[], boolean, bigint[])")
-            conn.execute((ROOT / "sql/functions/claim.v1.sql").read_text())
+            conn.execute((ROOT / "migrations/sql/functions/claim.v1.sql").read_text())
             v1 = scans(claim_plans(conn, CAPS16))
             assert ("Seq Scan", "workqueue", None) in v1, f"v1 plan changed: {v1}"
         # The rolled-back UPDATE left 440,000 aborted entries in the pending

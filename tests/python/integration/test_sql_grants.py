@@ -1,8 +1,9 @@
-"""Grants live in one versioned file, sql/schema/grants.vN.sql.
+"""Grants live in one file: sql/schema/grants.sql (live), frozen as grants.vN.sql.
 
 From migration 0014 on, no migration pastes GRANT/REVOKE statements and no
-function file carries grants: the highest grants.vN.sql is the complete set
-at head, run by the migration that introduced it.  These tests prove the file
+function file carries grants: sql/schema/grants.sql is the complete set at
+head, and each migration that changes it runs its frozen revision
+(migrations/sql/schema/grants.vN.sql).  These tests prove the file
 is complete (alone it rebuilds head's privileges from none, and undoes drift),
 that it names every API function, and that the downgrades of 0014 and 0015
 give 0013 and 0014 back.
@@ -15,11 +16,11 @@ import re
 from pathlib import Path
 
 import psycopg
-from test_sql_head_versions import highest
 from test_sql_migrations import alembic, snapshot
 
 ROOT = Path(__file__).resolve().parents[3]
 VERSIONS = ROOT / "migrations" / "versions"
+FROZEN = ROOT / "migrations" / "sql"
 ROLES = ("pepsi_dispatcher", "pepsi_stage", "pepsi_ingress", "pepsi_dashboard", "pepsi_operator")
 #: The last revision that granted inline; later ones run grants.vN.sql.
 LAST_INLINE = "0013"
@@ -32,7 +33,7 @@ STATEMENT = re.compile(
 
 
 def grants_file() -> Path:
-    return ROOT / "sql" / "schema" / f"grants.v{highest('schema')['grants']}.sql"
+    return ROOT / "sql" / "schema" / "grants.sql"
 
 
 def _code_of_migration(path: Path) -> tuple[str, str]:
@@ -65,13 +66,13 @@ def test_no_grants_outside_the_grants_file() -> None:
     assert inline == [], "a migration after 0013 runs grants.vN.sql instead of pasting grants"
     in_functions = [
         p.name
-        for p in (ROOT / "sql" / "functions").glob("*.sql")
+        for p in [*FROZEN.glob("functions/*.sql"), *(ROOT / "sql" / "functions").glob("*.sql")]
         if STATEMENT.search(_sql_without_comments(p))
     ]
     assert in_functions == [], "function files carry no grants"
     in_schema = [
         p.name
-        for p in (ROOT / "sql" / "schema").glob("*.sql")
+        for p in [*FROZEN.glob("schema/*.sql"), *(ROOT / "sql" / "schema").glob("*.sql")]
         if not p.name.startswith("grants.") and STATEMENT.search(_sql_without_comments(p))
     ]
     assert set(in_schema) <= LEGACY_SCHEMA_GRANTS, "grants belong in grants.vN.sql"

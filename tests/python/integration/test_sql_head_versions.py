@@ -1,4 +1,4 @@
-"""Migration `head` installs the highest version of every file in sql/.
+"""Migration `head` installs the highest frozen revision of every file in migrations/sql/.
 
 A new NAME.vN.sql that no migration installs -- or a migration that installs
 an older version after a newer one -- would otherwise go unnoticed: every test
@@ -22,12 +22,12 @@ VERSIONS = ROOT / "migrations" / "versions"
 FILE_RE = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.sql$")
 
 
-def highest(kind: str, sql_dir: Path = ROOT / "sql") -> dict[str, int]:
-    """NAME -> highest N of sql/KIND/NAME.vN.sql."""
+def highest(kind: str, sql_dir: Path = ROOT / "migrations" / "sql") -> dict[str, int]:
+    """NAME -> highest N of migrations/sql/KIND/NAME.vN.sql (the frozen revisions)."""
     out: dict[str, int] = {}
     for path in (sql_dir / kind).glob("*.sql"):
         m = FILE_RE.match(path.name)
-        assert m, f"sql/{kind}/{path.name} is not named NAME.vN.sql"
+        assert m, f"migrations/sql/{kind}/{path.name} is not named NAME.vN.sql"
         name, version = m["name"], int(m["version"])
         out[name] = max(out.get(name, 0), version)
     return out
@@ -119,7 +119,7 @@ def function_calls(tree: ast.Module, consts: dict[str, Any], fn: str) -> list:
 
 
 def installed_at_head() -> dict[str, int]:
-    """NAME -> the version of sql/functions/NAME the last upgrade() installing it installs."""
+    """NAME -> the revision of pepsi.NAME the last upgrade() installing it installs."""
     installed: dict[str, int] = {}
     for _rev, tree, consts in migrations():
         for kind, name, version in function_calls(tree, consts, "upgrade"):
@@ -147,7 +147,7 @@ def test_head_installs_the_highest_version_of_every_function_file() -> None:
 def test_the_check_reports_a_version_nobody_installs(tmp_path: Path) -> None:
     """Not vacuous: a newer file that no migration installs is reported."""
     (tmp_path / "functions").mkdir()
-    for path in (ROOT / "sql" / "functions").glob("*.sql"):
+    for path in (ROOT / "migrations" / "sql" / "functions").glob("*.sql"):
         (tmp_path / "functions" / path.name).write_text("")
     newest = highest("functions")["claim"] + 1
     (tmp_path / "functions" / f"claim.v{newest}.sql").write_text("")
@@ -164,7 +164,9 @@ def test_every_schema_file_version_is_run_by_a_migration() -> None:
                 if kind == "run":
                     used.setdefault(name, set()).add(version)
     for name, version in highest("schema").items():
-        assert version in used.get(name, set()), f"sql/schema/{name}.v{version}.sql is never run"
+        assert version in used.get(name, set()), (
+            f"migrations/sql/schema/{name}.v{version}.sql is never run"
+        )
 
 
 def test_a_database_at_head_runs_the_highest_version_of_every_function(empty_dsn: str) -> None:
@@ -178,7 +180,7 @@ def test_a_database_at_head_runs_the_highest_version_of_every_function(empty_dsn
             ).fetchall()
             assert len(rows) == 1, f"pepsi.{name}: {len(rows)} functions at head (want 1)"
             assert rows[0][0] == body_of(name, version), (
-                f"pepsi.{name} at head is not sql/functions/{name}.v{version}.sql"
+                f"pepsi.{name} at head is not migrations/sql/functions/{name}.v{version}.sql"
             )
 
 

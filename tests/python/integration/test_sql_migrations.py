@@ -31,8 +31,8 @@ def alembic(dsn: str, *args: str) -> str:
 
 
 def body_of(name: str, version: int) -> str:
-    """The function body ($$ … $$) of sql/functions/NAME.vVERSION.sql."""
-    text = (ROOT / "sql" / "functions" / f"{name}.v{version}.sql").read_text()
+    """The function body ($$ … $$) of the frozen migrations/sql/functions/NAME.vVERSION.sql."""
+    text = (ROOT / "migrations" / "sql" / "functions" / f"{name}.v{version}.sql").read_text()
     match = re.search(r"\bAS \$\$(.*)\$\$;", text, re.S)
     assert match, f"no body in {name}.v{version}.sql"
     return match.group(1)

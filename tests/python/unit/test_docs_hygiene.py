@@ -112,7 +112,10 @@ def test_named_paths_are_found() -> None:
 
 def test_every_repository_file_named_exists() -> None:
     missing = []
+    frozen = ROOT / "migrations" / "sql"  # history: its comments name the paths of their time
     for path in _texts():
+        if path.is_relative_to(frozen):
+            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         where = path.relative_to(ROOT)
         missing += [

@@ -3,8 +3,8 @@
 The SQL functions are the only surface: a statement in pepsi_dispatch/ may
 call ``pepsi.NAME(...)`` but never name a table after FROM, JOIN, UPDATE,
 INSERT INTO, DELETE FROM, TRUNCATE or COPY.  The tables are those that
-sql/schema/ creates.  devtools/ (the benchmark, the demo) set up and inspect their own test
-data and are left out.
+migrations/sql/schema/ creates.  devtools/ (the benchmark, the demo) set up and
+inspect their own test data and are left out.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ EXEMPT = ("devtools/**/*.py",)
 
 def tables() -> set[str]:
     found: set[str] = set()
-    for path in (ROOT / "sql" / "schema").glob("*.sql"):
+    for path in (ROOT / "migrations" / "sql" / "schema").glob("*.sql"):
         found.update(re.findall(r"CREATE TABLE pepsi\.(\w+)", path.read_text(encoding="utf-8")))
     return found
 
