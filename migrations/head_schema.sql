@@ -821,8 +821,8 @@ BEGIN
                 coalesce(enqueue.priority, 0))
         RETURNING w.workqueue_id INTO new_id;
     ELSE
-        IF enqueue.dedupe_key = '' OR octet_length(enqueue.dedupe_key) > 512 THEN
-            RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long (got %)',
+        IF enqueue.dedupe_key !~ '\S' OR octet_length(enqueue.dedupe_key) > 512 THEN
+            RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long and not only whitespace (got % bytes)',
                             octet_length(enqueue.dedupe_key)
                 USING ERRCODE = '22023';
         END IF;
@@ -895,8 +895,8 @@ BEGIN
                 USING ERRCODE = '22023';
         END IF;
         IF EXISTS (SELECT FROM unnest(enqueue_many.dedupe_keys) AS k
-                    WHERE k = '' OR octet_length(k) > 512) THEN
-            RAISE EXCEPTION 'every dedupe_key must be 1 to 512 bytes long'
+                    WHERE k !~ '\S' OR octet_length(k) > 512) THEN
+            RAISE EXCEPTION 'every dedupe_key must be 1 to 512 bytes long and not only whitespace'
                 USING ERRCODE = '22023';
         END IF;
     END IF;
@@ -1074,6 +1074,7 @@ $$;
 CREATE FUNCTION pepsi.fire_schedule(name text, ticks timestamp with time zone[], stage text, payload jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, dedupe_key text DEFAULT NULL::text, next_tick timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(tick timestamp with time zone, workqueue_id bigint, inserted boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '200ms'
     AS $_$
 #variable_conflict use_column
 DECLARE
@@ -1093,8 +1094,8 @@ BEGIN
         RAISE EXCEPTION 'fire_schedule: ticks must be finite times' USING ERRCODE = '22008';
     END IF;
     IF fire_schedule.dedupe_key IS NOT NULL
-       AND (fire_schedule.dedupe_key = '' OR octet_length(fire_schedule.dedupe_key) > 512) THEN
-        RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long (got %)',
+       AND (fire_schedule.dedupe_key !~ '\S' OR octet_length(fire_schedule.dedupe_key) > 512) THEN
+        RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long and not only whitespace (got % bytes)',
                         octet_length(fire_schedule.dedupe_key)
             USING ERRCODE = '22023';
     END IF;
@@ -1987,33 +1988,49 @@ CREATE FUNCTION pepsi.requeue_failed(stage text DEFAULT NULL::text, ids bigint[]
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    n integer;
+    n integer := 0;
+    moved integer;
+    batch record;
 BEGIN
-    WITH picked AS (
-        SELECT w.workqueue_id, w.dedupe_key,
-               row_number() OVER (PARTITION BY w.dedupe_key ORDER BY w.workqueue_id) AS rn
+    -- The rows without a key as one batch, then the lowest id of each key
+    -- alone (a batch of one), so a key taken meanwhile costs only its row.
+    FOR batch IN
+        SELECT array_agg(w.workqueue_id) AS ids
           FROM pepsi.workqueue AS w
-         WHERE w.status IN ('failed', 'timeout', 'expired')
+         WHERE w.status IN ('failed', 'timeout', 'expired') AND w.dedupe_key IS NULL
            AND (requeue_failed.stage IS NULL OR w.stage = requeue_failed.stage)
            AND (requeue_failed.ids IS NULL OR w.workqueue_id = ANY (requeue_failed.ids))
-    )
-    UPDATE pepsi.workqueue AS w
-       SET status = 'pending', retries = 0, timeout = NULL, dispatcher_id = NULL,
-           updated_at = now(),
-           state = (w.state - 'error' - 'dispatch_error')
-                   || jsonb_build_object('previous_error', jsonb_strip_nulls(jsonb_build_object(
-                          'status', w.status,
-                          'error', w.state -> 'error',
-                          'dispatch_error', w.state -> 'dispatch_error')))
-      FROM picked AS p
-     WHERE w.workqueue_id = p.workqueue_id
-       AND w.status IN ('failed', 'timeout', 'expired')
-       AND (p.dedupe_key IS NULL
-            OR (p.rn = 1
-                AND NOT EXISTS (SELECT FROM pepsi.workqueue AS h
-                                 WHERE h.dedupe_key = p.dedupe_key
-                                   AND h.status IN ('pending', 'running', 'paused'))));
-    GET DIAGNOSTICS n = ROW_COUNT;
+        UNION ALL
+        SELECT ARRAY[k.workqueue_id]
+          FROM (SELECT DISTINCT ON (w.dedupe_key) w.workqueue_id
+                  FROM pepsi.workqueue AS w
+                 WHERE w.status IN ('failed', 'timeout', 'expired') AND w.dedupe_key IS NOT NULL
+                   AND (requeue_failed.stage IS NULL OR w.stage = requeue_failed.stage)
+                   AND (requeue_failed.ids IS NULL OR w.workqueue_id = ANY (requeue_failed.ids))
+                 ORDER BY w.dedupe_key, w.workqueue_id) AS k
+    LOOP
+        CONTINUE WHEN batch.ids IS NULL;
+        BEGIN
+            UPDATE pepsi.workqueue AS w
+               SET status = 'pending', retries = 0, timeout = NULL, dispatcher_id = NULL,
+                   updated_at = now(),
+                   state = (w.state - 'error' - 'dispatch_error')
+                           || jsonb_build_object('previous_error', jsonb_strip_nulls(jsonb_build_object(
+                                  'status', w.status,
+                                  'error', w.state -> 'error',
+                                  'dispatch_error', w.state -> 'dispatch_error')))
+             WHERE w.workqueue_id = ANY (batch.ids)
+               AND w.status IN ('failed', 'timeout', 'expired')
+               AND (w.dedupe_key IS NULL
+                    OR NOT EXISTS (SELECT FROM pepsi.workqueue AS h
+                                    WHERE h.dedupe_key = w.dedupe_key
+                                      AND h.status IN ('pending', 'running', 'paused')));
+            GET DIAGNOSTICS moved = ROW_COUNT;
+            n := n + moved;
+        EXCEPTION WHEN unique_violation THEN
+            NULL;  -- the key was taken meanwhile: this row stays where it is
+        END;
+    END LOOP;
     IF n > 0 THEN
         PERFORM pg_notify('workqueue', '');
     END IF;

@@ -128,6 +128,10 @@ def enqueue_command(
     docs = _payloads(payloads)
     if dedupe_key is not None and len(docs) != 1:
         raise click.UsageError("--key gives one message a key: enqueue one payload with it")
+    if dedupe_key is not None and not dedupe_key.strip():
+        raise click.UsageError(
+            "--key needs a key (1 to 512 bytes, not only whitespace); leave --key out for none"
+        )
     # Unchecked: said after the insert (a bad name fails there first).
     unchecked = not force and not check_enqueue_stage(obj, stage)
     keys = None if dedupe_key is None else [dedupe_key]

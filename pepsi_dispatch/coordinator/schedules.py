@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 #: After a statement error that is not a lost connection (a dropped stage
 #: name, missing privileges): try the schedule again this much later.
 RETRY_AFTER_ERROR = 30.0
+#: After pepsi.fire_schedule gave up waiting for a lock (its lock_timeout):
+#: try that schedule again this much later; the loop goes on meanwhile.
+RETRY_AFTER_LOCK = 1.0
 
 SQL_REGISTER = (
     "SELECT name, settled_through FROM pepsi.register_schedules("
@@ -171,6 +174,16 @@ class Scheduler:
             ticks = self.owed.pop(s.name, []) or ticks_between(s, self.settled[s.name], now)
             try:
                 n += self._fire(s, ticks)
+            except psycopg.errors.LockNotAvailable:
+                # Another transaction holds the schedule's row or its dedupe key
+                # (a producer's open transaction); fire_schedule waited 200 ms.
+                log.info(
+                    "schedule %s: its tick waits for a lock another transaction holds"
+                    " (the schedule's row or its dedupe key); next try in %g s",
+                    s.name,
+                    RETRY_AFTER_LOCK,
+                )
+                self.blocked_until[s.name] = mono + RETRY_AFTER_LOCK
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:

@@ -26,7 +26,7 @@
 --   transaction), as any such conflict does.
 --   A NULL payload is stored as '{}'.
 --   Raises 22023 for a NULL or malformed stage name, a payload that is not a
---   JSON object, or an empty dedupe_key or one longer than 512 bytes; 22008
+--   JSON object, or a dedupe_key empty, only whitespace or longer than 512 bytes; 22008
 --   for a non-finite not_before ('infinity', '-infinity').
 --   Writes: pepsi.workqueue (one INSERT → one NOTIFY 'workqueue', also when
 --   the key's conflict inserts nothing; a delayed row also sends NOTIFY
@@ -71,8 +71,8 @@ BEGIN
                 coalesce(enqueue.priority, 0))
         RETURNING w.workqueue_id INTO new_id;
     ELSE
-        IF enqueue.dedupe_key = '' OR octet_length(enqueue.dedupe_key) > 512 THEN
-            RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long (got %)',
+        IF enqueue.dedupe_key !~ '\S' OR octet_length(enqueue.dedupe_key) > 512 THEN
+            RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long and not only whitespace (got % bytes)',
                             octet_length(enqueue.dedupe_key)
                 USING ERRCODE = '22023';
         END IF;

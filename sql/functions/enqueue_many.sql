@@ -18,7 +18,7 @@
 --   inserted.
 --   Raises 22023 for a NULL or malformed stage name, when any payload is not
 --   a JSON object (naming the first such element; nothing is inserted), when
---   dedupe_keys and payloads differ in length, or for an empty key or one
+--   dedupe_keys and payloads differ in length, or for a key empty, only whitespace or
 --   longer than 512 bytes; 22008 for a non-finite not_before.
 --   Writes: pepsi.workqueue (delayed rows: also NOTIFY 'workqueue', 'delayed',
 --   as enqueue).  Locks: none beyond the insert and the keys' index entries.
@@ -66,8 +66,8 @@ BEGIN
                 USING ERRCODE = '22023';
         END IF;
         IF EXISTS (SELECT FROM unnest(enqueue_many.dedupe_keys) AS k
-                    WHERE k = '' OR octet_length(k) > 512) THEN
-            RAISE EXCEPTION 'every dedupe_key must be 1 to 512 bytes long'
+                    WHERE k !~ '\S' OR octet_length(k) > 512) THEN
+            RAISE EXCEPTION 'every dedupe_key must be 1 to 512 bytes long and not only whitespace'
                 USING ERRCODE = '22023';
         END IF;
     END IF;

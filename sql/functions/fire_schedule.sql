@@ -23,6 +23,13 @@
 --   object or a bad dedupe_key; 22008 for a non-finite tick.
 --   Writes: pepsi.schedule_ticks, pepsi.workqueue (one NOTIFY 'workqueue'
 --   per message).  Locks: the schedule's row until commit.
+--   Waits: at most lock_timeout = 200 ms (set on the function) for any lock:
+--   the schedule's row (another replica firing it) or the dedupe key a
+--   producer holds in an open transaction (the unique index waits for that
+--   transaction).  Past it, 55P03 (lock_not_available) and nothing is
+--   written: the dispatcher defers that schedule and tries again a second
+--   later, so a producer's open transaction costs only that tick, never the
+--   dispatcher's loop.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
 CREATE OR REPLACE FUNCTION pepsi.fire_schedule(name text, ticks timestamptz[], stage text,
                                                payload jsonb DEFAULT '{}',
@@ -32,6 +39,7 @@ CREATE OR REPLACE FUNCTION pepsi.fire_schedule(name text, ticks timestamptz[], s
 RETURNS TABLE (tick timestamptz, workqueue_id bigint, inserted boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pepsi, pg_catalog, pg_temp
+SET lock_timeout = '200ms'
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -51,8 +59,8 @@ BEGIN
         RAISE EXCEPTION 'fire_schedule: ticks must be finite times' USING ERRCODE = '22008';
     END IF;
     IF fire_schedule.dedupe_key IS NOT NULL
-       AND (fire_schedule.dedupe_key = '' OR octet_length(fire_schedule.dedupe_key) > 512) THEN
-        RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long (got %)',
+       AND (fire_schedule.dedupe_key !~ '\S' OR octet_length(fire_schedule.dedupe_key) > 512) THEN
+        RAISE EXCEPTION 'dedupe_key must be 1 to 512 bytes long and not only whitespace (got % bytes)',
                         octet_length(fire_schedule.dedupe_key)
             USING ERRCODE = '22023';
     END IF;

@@ -10,9 +10,15 @@
 --   Dedupe keys: a row whose dedupe_key a pending, running or paused
 --   message carries now stays where it is, and of several selected rows
 --   with one key only the lowest id moves (it takes the key again):
---   requeueing never queues one key twice.
+--   requeueing never queues one key twice.  A key a producer takes while
+--   the requeue runs (committed meanwhile, or in a transaction that commits
+--   while the requeue waits for it) leaves that row where it is too: the
+--   rows with a key move one at a time, each in a subtransaction that turns
+--   the unique violation into "not moved", so the requeue never raises 23505
+--   and the other rows still move.
 --   Writes: pepsi.workqueue.  Reads: workqueue_failed_idx.
---   Locks: the rows requeued.
+--   Locks: the rows requeued.  Waits on a producer's open transaction that
+--   inserted one of the keys (the unique index), only for that row.
 --   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
 --
 -- Why v2 (migration 0009): v1 did not notify (only INSERT does), so
@@ -27,33 +33,49 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pepsi, pg_catalog, pg_temp
 AS $$
 DECLARE
-    n integer;
+    n integer := 0;
+    moved integer;
+    batch record;
 BEGIN
-    WITH picked AS (
-        SELECT w.workqueue_id, w.dedupe_key,
-               row_number() OVER (PARTITION BY w.dedupe_key ORDER BY w.workqueue_id) AS rn
+    -- The rows without a key as one batch, then the lowest id of each key
+    -- alone (a batch of one), so a key taken meanwhile costs only its row.
+    FOR batch IN
+        SELECT array_agg(w.workqueue_id) AS ids
           FROM pepsi.workqueue AS w
-         WHERE w.status IN ('failed', 'timeout', 'expired')
+         WHERE w.status IN ('failed', 'timeout', 'expired') AND w.dedupe_key IS NULL
            AND (requeue_failed.stage IS NULL OR w.stage = requeue_failed.stage)
            AND (requeue_failed.ids IS NULL OR w.workqueue_id = ANY (requeue_failed.ids))
-    )
-    UPDATE pepsi.workqueue AS w
-       SET status = 'pending', retries = 0, timeout = NULL, dispatcher_id = NULL,
-           updated_at = now(),
-           state = (w.state - 'error' - 'dispatch_error')
-                   || jsonb_build_object('previous_error', jsonb_strip_nulls(jsonb_build_object(
-                          'status', w.status,
-                          'error', w.state -> 'error',
-                          'dispatch_error', w.state -> 'dispatch_error')))
-      FROM picked AS p
-     WHERE w.workqueue_id = p.workqueue_id
-       AND w.status IN ('failed', 'timeout', 'expired')
-       AND (p.dedupe_key IS NULL
-            OR (p.rn = 1
-                AND NOT EXISTS (SELECT FROM pepsi.workqueue AS h
-                                 WHERE h.dedupe_key = p.dedupe_key
-                                   AND h.status IN ('pending', 'running', 'paused'))));
-    GET DIAGNOSTICS n = ROW_COUNT;
+        UNION ALL
+        SELECT ARRAY[k.workqueue_id]
+          FROM (SELECT DISTINCT ON (w.dedupe_key) w.workqueue_id
+                  FROM pepsi.workqueue AS w
+                 WHERE w.status IN ('failed', 'timeout', 'expired') AND w.dedupe_key IS NOT NULL
+                   AND (requeue_failed.stage IS NULL OR w.stage = requeue_failed.stage)
+                   AND (requeue_failed.ids IS NULL OR w.workqueue_id = ANY (requeue_failed.ids))
+                 ORDER BY w.dedupe_key, w.workqueue_id) AS k
+    LOOP
+        CONTINUE WHEN batch.ids IS NULL;
+        BEGIN
+            UPDATE pepsi.workqueue AS w
+               SET status = 'pending', retries = 0, timeout = NULL, dispatcher_id = NULL,
+                   updated_at = now(),
+                   state = (w.state - 'error' - 'dispatch_error')
+                           || jsonb_build_object('previous_error', jsonb_strip_nulls(jsonb_build_object(
+                                  'status', w.status,
+                                  'error', w.state -> 'error',
+                                  'dispatch_error', w.state -> 'dispatch_error')))
+             WHERE w.workqueue_id = ANY (batch.ids)
+               AND w.status IN ('failed', 'timeout', 'expired')
+               AND (w.dedupe_key IS NULL
+                    OR NOT EXISTS (SELECT FROM pepsi.workqueue AS h
+                                    WHERE h.dedupe_key = w.dedupe_key
+                                      AND h.status IN ('pending', 'running', 'paused')));
+            GET DIAGNOSTICS moved = ROW_COUNT;
+            n := n + moved;
+        EXCEPTION WHEN unique_violation THEN
+            NULL;  -- the key was taken meanwhile: this row stays where it is
+        END;
+    END LOOP;
     IF n > 0 THEN
         PERFORM pg_notify('workqueue', '');
     END IF;

@@ -91,7 +91,10 @@ class ClaimStatement:
     ) -> tuple[Any, ...]:
         """The claim's parameters (``line_limits``: see ``Database.claim``)."""
         bounds = None if after_ids is None else int_array(after_ids)
-        args = (dispatcher_id, list(stages), int_array(caps), self.competing, bounds)
+        # skip_locked always: other roles lock pending rows too (an operator's
+        # cancel, an application's SELECT ... FOR UPDATE); waiting on one would
+        # stall every stage.
+        args = (dispatcher_id, list(stages), int_array(caps), True, bounds)
         if not self.lines:
             return args
         return (*args, int_array(line_limits) if line_limits else None)
