@@ -57,7 +57,7 @@ def settle_exit(
     ``config_path`` is the dispatcher's configuration file, named in the fix
     for a worker that does not know its stage."""
     if kind is ExitKind.CRASH or kind is ExitKind.TIMEOUT:
-        blame(books, w, kind, rc, ids, now)
+        blame(books, w, rc, ids, now)
     else:
         books.ledger.release(ids)
     cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, config_path)
@@ -77,14 +77,13 @@ def settle_exit(
         )
 
 
-def blame(
-    books: ExitBooks, w: WorkerProcess, kind: ExitKind, rc: int, ids: list[int], now: float
-) -> None:
-    """A crash or a MAX_RUNTIME kill (``kind``): the message in hand fails, or
-    times out (the one ``w``'s in-hand slot names, else the head of line: for a
-    timeout, the head that was overdue); the rest never ran, or were rolled
-    back with it, and are released. A timed-out worker whose overdue head was
-    answered after all (its answer was in the pipe) has nothing to blame."""
+def blame(books: ExitBooks, w: WorkerProcess, rc: int, ids: list[int], now: float) -> None:
+    """A crash (exit status ``rc``) or a MAX_RUNTIME kill (``w.overdue`` set): the
+    message in hand fails, or times out (the one ``w``'s in-hand slot names,
+    else the head of line: for a timeout, the head that was overdue); the rest
+    never ran, or were rolled back with it, and are released. A timed-out
+    worker whose overdue head was answered after all (its answer was in the
+    pipe) has nothing to blame."""
     overdue = w.overdue
     head = ids[0] if overdue is None else overdue.head
     if head not in ids:
