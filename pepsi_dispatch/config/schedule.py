@@ -19,12 +19,13 @@ cronsim (a maintained, dependency-free library also used by healthchecks.io),
 not by our own parser: its daylight-saving rules (a time that does not exist
 fires once, at the jump; a repeated hour fires once) are cron's.
 
-Which ticks a dispatcher enqueues (``missed_ticks`` and ``ticks_between``): a
-running dispatcher enqueues every tick that comes while it runs; at start-up
-or after a reload it also owes the ticks nobody settled while no dispatcher
-ran (the database records what is settled), and of those enqueues the ones
-not older than CATCH_UP -- and when none is that young, only the latest one
-(CATCH_UP 0, the default: the latest missed tick, once).
+Which ticks a dispatcher enqueues (``missed_ticks``): whenever a tick is due,
+the ticks after the last one settled (the database records what is settled)
+that are not older than CATCH_UP -- and when none is that young, only the
+latest one (CATCH_UP 0, the default: the current tick, once). The same bound
+holds for every gap, whatever caused it: a stop, a reload, a reconnect, a
+frozen process, a suspended host, a clock step. A dispatcher that keeps up
+fires each tick as it comes, which is the latest one then.
 """
 
 from __future__ import annotations
@@ -210,10 +211,11 @@ def latest_tick(s: ScheduleConfig, at_or_before: datetime) -> datetime | None:
 
 
 def missed_ticks(s: ScheduleConfig, settled: datetime | None, now: datetime) -> list[datetime]:
-    """Ticks nobody enqueued while no dispatcher ran: those after ``settled`` (the
-    database's record; None: a schedule never registered, which owes nothing) up
-    to ``now`` that are not older than CATCH_UP; when none is that young, only
-    the latest of them."""
+    """The ticks to enqueue at ``now``: those after ``settled`` (the last tick
+    settled; None: a schedule never registered, which owes nothing) up to
+    ``now`` that are not older than CATCH_UP; when none is that young, only the
+    latest of them. However long the gap since ``settled``, that is at most
+    CATCH_UP's worth of missed ticks besides the current one."""
     if settled is None:
         return []
     latest = latest_tick(s, now)

@@ -100,16 +100,19 @@ class Ledger:
         """A failure write about ``i`` is owed."""
         self.failures.append((i, status, reason))
 
-    def crashed(self, unanswered: list[int], reason: str, blamed: int | None = None) -> None:
-        """A worker crashed holding ``unanswered`` (in order): the message whose
-        handler it named as running (``blamed``, from its in-hand slot) fails,
-        else its head-of-line message; the rest are released (never started,
-        or their work was rolled back with the crash)."""
+    def crashed(
+        self, unanswered: list[int], reason: str, blamed: int | None = None, status: str = "failed"
+    ) -> None:
+        """A worker crashed (or was killed at MAX_RUNTIME: ``status`` 'timeout')
+        holding ``unanswered`` (in order): the message whose handler it named as
+        running (``blamed``, from its in-hand slot) fails, else its head-of-line
+        message; the rest are released (never started, or their work was rolled
+        back with it)."""
         if blamed is None or blamed not in unanswered:
             blamed = unanswered[0]
         rest = list(unanswered)
         rest.remove(blamed)
-        self.failed(blamed, "failed", reason)
+        self.failed(blamed, status, reason)
         self.release(rest)
 
     def release(self, ids: Iterable[int]) -> None:

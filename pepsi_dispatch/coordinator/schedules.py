@@ -8,11 +8,13 @@ and :meth:`~Scheduler.run` enqueues the ticks that are due. A due tick goes to
 same transaction as its message, under the schedule's row lock: competing
 replicas fire the same ticks and exactly one message per tick is enqueued.
 
-Which ticks (pepsi_dispatch/config/schedule.py): every tick that comes while
-this dispatcher runs, plus, at start-up and after a reload or reconnect, the
-ticks nobody settled while no dispatcher ran, as CATCH_UP allows. A tick is
-"settled" once the database has it; what we remember of that (``settled``)
-only saves calls: the database refuses a settled tick whatever we send.
+Which ticks (pepsi_dispatch/config/schedule.py ``missed_ticks``): on every
+firing, the ticks after the last one settled, as CATCH_UP allows -- the
+current one, and the missed ones not older than CATCH_UP. One rule for every
+gap, whatever caused it: a stop, a reload, a reconnect, a frozen process, a
+suspended host, a clock step, a late wake. A tick is "settled" once the
+database has it; what we remember of that (``settled``) only saves calls: the
+database refuses a settled tick whatever we send.
 """
 
 from __future__ import annotations
@@ -24,12 +26,7 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pepsi_dispatch.config.schedule import (
-    ScheduleConfig,
-    missed_ticks,
-    next_tick,
-    ticks_between,
-)
+from pepsi_dispatch.config.schedule import ScheduleConfig, missed_ticks, next_tick
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.calls import Database, rerun_on_conflict
 from pepsi_dispatch.coordinator.database.link import error_line
@@ -79,8 +76,6 @@ class Scheduler:
         self.next: dict[str, datetime] = {}
         #: name -> monotonic time before which a failing schedule is not tried.
         self.blocked_until: dict[str, float] = {}
-        #: the ticks nobody settled while no dispatcher ran, owed since register().
-        self.owed: dict[str, list[datetime]] = {}
         self.registered = False
         #: monotonic time before which a failed registration is not tried again.
         self.register_blocked_until = 0.0
@@ -92,7 +87,8 @@ class Scheduler:
 
     def register(self) -> None:
         """Tell the database our schedules (start, reload, reconnect); learn
-        what is settled and which missed ticks we owe. Raises psycopg.Error."""
+        what is settled, and so when the next tick is due (now, if a tick was
+        missed). Raises psycopg.Error."""
         work = self.db.work
         assert work is not None
         now = self.wall()
@@ -109,13 +105,12 @@ class Scheduler:
             return work.execute(SQL_REGISTER, args).fetchall()
 
         rows = dict(rerun_on_conflict(run, "register_schedules"))
-        self.settled, self.next, self.owed, self.blocked_until = {}, {}, {}, {}
+        self.settled, self.next, self.blocked_until = {}, {}, {}
         for s, nxt in zip(scheds, nexts, strict=True):
             settled = rows.get(s.name)
-            owed = missed_ticks(s, settled, now)
-            self.settled[s.name] = settled or now
-            self.owed[s.name] = owed
-            self.next[s.name] = owed[0] if owed else nxt
+            missed = missed_ticks(s, settled, now)
+            self.settled[s.name] = settled or now  # never registered: owes nothing
+            self.next[s.name] = missed[0] if missed else nxt
         self.registered = True
         if scheds:
             log.info(
@@ -171,7 +166,8 @@ class Scheduler:
         for s in self.schedules.values():
             if self.next[s.name] > now or self.blocked_until.get(s.name, 0.0) > mono:
                 continue
-            ticks = self.owed.pop(s.name, []) or ticks_between(s, self.settled[s.name], now)
+            # Bounded by CATCH_UP whatever the gap since the last tick settled.
+            ticks = missed_ticks(s, self.settled[s.name], now)
             try:
                 n += self._fire(s, ticks)
             except psycopg.errors.LockNotAvailable:
@@ -199,8 +195,9 @@ class Scheduler:
     def _fire(self, s: ScheduleConfig, ticks: list[datetime]) -> int:
         work = self.db.work
         assert work is not None
-        # The first tick after the last one given: normally after now; after
-        # owed (missed) ticks maybe already due, then the next wake fires it.
+        # The first tick after the last one given: normally after now; after a
+        # long catch-up (MAX_TICKS_PER_CALL) maybe already due, then the next
+        # wake fires it.
         following = next_tick(s, max([self.settled[s.name], *ticks]))
         args = (
             s.name,

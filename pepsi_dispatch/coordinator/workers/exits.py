@@ -5,9 +5,11 @@ records its outcome in the ledger and statistics and says it in the log:
 
 - crash: the message in hand fails (the one the worker's in-hand slot names,
   else the head of line), the rest are released;
+- killed at MAX_RUNTIME: the same blame (:func:`blame`), as ``timeout``: the
+  message in hand times out (else the overdue head of line), the rest are
+  released -- those whose answers it wrote before it died were answered;
 - died before reading: nothing fails, the stage cools down;
-- killed (MAX_RUNTIME, protocol error, watchdog): all are released (a
-  timeout's head was already failed as ``timeout`` by the watchdog);
+- killed (protocol error, watchdog): all are released;
 - exit 75 (EX_TEMPFAIL): all are released, the stage cools down;
 - exit 78 (no stage in its configuration): all are released, ERROR, cool down;
 - ids never delivered (EPIPE) were released by the ledger when reaped.
@@ -54,24 +56,8 @@ def settle_exit(
     """Settle the unanswered ``ids`` of the dead worker ``w`` as ``kind`` says.
     ``config_path`` is the dispatcher's configuration file, named in the fix
     for a worker that does not know its stage."""
-    if kind is ExitKind.CRASH:
-        # A crash: the message in hand fails (as its in-hand slot names it, else
-        # the head of line); the rest never ran, or were rolled back with it.
-        reason = describe_exit(rc)
-        in_hand = w.slot.in_hand()
-        blamed = in_hand if in_hand in ids else ids[0]
-        books.ledger.crashed(ids, reason, blamed)
-        books.failwatch.failed(w.stage, reason)
-        books.stats.crashed(w.stage, now - w.head_since)
-        log.warning(
-            "stage %s worker pid %d crashed: %s; message %d failed (%s), %d released",
-            w.stage,
-            w.pid,
-            reason,
-            blamed,
-            "its handler was running" if blamed == in_hand else "head of line",
-            len(ids) - 1,
-        )
+    if kind is ExitKind.CRASH or kind is ExitKind.TIMEOUT:
+        blame(books, w, rc, ids, now)
     else:
         books.ledger.release(ids)
     cooled = log_exit(w, pool, kind, rc, len(ids), n_undelivered, now, shutting_down, config_path)
@@ -89,6 +75,44 @@ def settle_exit(
             f"worker pid {w.pid} {describe_exit(rc).removeprefix('worker ')}"
             f" before answering anything{_last_words(w)}",
         )
+
+
+def blame(books: ExitBooks, w: WorkerProcess, rc: int, ids: list[int], now: float) -> None:
+    """A crash (exit status ``rc``) or a MAX_RUNTIME kill (``w.overdue`` set): the
+    message in hand fails, or times out (the one ``w``'s in-hand slot names,
+    else the head of line: for a timeout, the head that was overdue); the rest
+    never ran, or were rolled back with it, and are released. A timed-out
+    worker whose overdue head was answered after all (its answer was in the
+    pipe) has nothing to blame."""
+    overdue = w.overdue
+    head = ids[0] if overdue is None else overdue.head
+    if head not in ids:
+        log.info(
+            "stage %s worker pid %d killed at MAX_RUNTIME, but message %d was answered"
+            " meanwhile; %d message(s) released",
+            w.stage,
+            w.pid,
+            head,
+            len(ids),
+        )
+        books.ledger.release(ids)
+        return
+    in_hand = w.slot.in_hand()
+    blamed = in_hand if in_hand in ids else head
+    why = "its handler was running" if blamed == in_hand else "head of line"
+    if overdue is None:
+        reason = describe_exit(rc)
+        books.ledger.crashed(ids, reason, blamed)
+        books.failwatch.failed(w.stage, reason)
+        books.stats.crashed(w.stage, now - w.head_since)
+        what = f"crashed: {reason}; message {blamed} failed"
+    else:
+        books.ledger.crashed(ids, overdue.reason, blamed, "timeout")
+        books.stats.timed_out(w.stage, overdue.seconds)
+        what = f"killed at MAX_RUNTIME; message {blamed} timed out"
+    log.warning(
+        "stage %s worker pid %d %s (%s), %d released", w.stage, w.pid, what, why, len(ids) - 1
+    )
 
 
 def _last_words(w: WorkerProcess) -> str:
@@ -207,4 +231,4 @@ def _cool_down(
     return False
 
 
-__all__ = ["ExitBooks", "log_exit", "settle_exit"]
+__all__ = ["ExitBooks", "blame", "log_exit", "settle_exit"]

@@ -55,8 +55,10 @@ class AnswerIntake:
 
     def take(self, w: WorkerProcess, lines: list[bytes], now: float) -> None:
         """Process answer lines of ``w`` in order (docs/WORKERS.md, the protocol)."""
-        if w.killed:
+        if w.killed and w.overdue is None:
             return  # its in-flight list is being torn down; answers no longer map to ids
+        # (Killed at MAX_RUNTIME, its in-flight list is intact until it is reaped:
+        # what it answered before it died was committed, and is answered.)
         w.reading = True
         pool = self.owner.pool_of(w)
         debug = log.isEnabledFor(logging.DEBUG)

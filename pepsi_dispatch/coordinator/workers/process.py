@@ -20,6 +20,7 @@ import termios
 import time
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass
 
 from pepsi_dispatch.contract import EX_TEMPFAIL, EXIT_NO_STAGE, MAX_LINE
 from pepsi_dispatch.coordinator.workers.children import (
@@ -75,8 +76,12 @@ def reap_orphans(workers: Container[int]) -> tuple[list[int], bool]:
 class ExitKind(enum.Enum):
     """How the loop settles the ids of a worker that is gone (see :func:`classify_exit`)."""
 
-    #: We SIGKILLed it (timeout, protocol error, watchdog): whatever it still
-    #: holds never got an answer and goes back to pending.
+    #: We SIGKILLed it at MAX_RUNTIME (:class:`Overdue`): the message in hand
+    #: times out (the one its in-hand slot names, else the overdue head of
+    #: line), the rest go back to pending.
+    TIMEOUT = "timeout"
+    #: We SIGKILLed it (protocol error, watchdog): whatever it still holds
+    #: never got an answer and goes back to pending.
     KILLED = "killed"
     #: Stopped on purpose (EOF, SIGTERM at shutdown), or it held nothing:
     #: anything still held goes back to pending.
@@ -106,13 +111,17 @@ def classify_exit(
     undelivered: int,
     started: bool,
     db_connected: bool,
+    timed_out: bool = False,
 ) -> ExitKind:
     """Decide what a worker's end means for the ids it held (a pure function).
 
     ``unanswered``: ids written to it and not answered; ``undelivered``: ids
     whose write failed (they never reached it); ``started``: it read some of
-    its input; ``db_connected``: the dispatcher's own database connection is up.
+    its input; ``db_connected``: the dispatcher's own database connection is up;
+    ``timed_out``: we killed it at MAX_RUNTIME.
     """
+    if timed_out:
+        return ExitKind.TIMEOUT
     if killed:
         return ExitKind.KILLED
     if shutting_down:
@@ -139,6 +148,18 @@ def describe_exit(returncode: int) -> str:
             name = str(-returncode)
         return f"worker killed by signal {name}"
     return f"worker exited with code {returncode}"
+
+
+@dataclass(frozen=True, slots=True)
+class Overdue:
+    """Why a worker was killed at MAX_RUNTIME: its head-of-line message ``head``
+    was unanswered ``seconds`` after it reached the head. Who times out is
+    decided once the worker is reaped (exits.py), from its in-hand slot."""
+
+    head: int
+    seconds: float
+    #: the dispatch_error of the message that times out
+    reason: str
 
 
 class Life(enum.Enum):
@@ -230,6 +251,7 @@ class WorkerProcess:
         self.stop_deadline = 0.0
         #: why we asked it to go (idle, MAX_MESSAGES, reload) -- for the exit log line.
         self.stop_reason = ""
+        self.overdue: Overdue | None = None  # killed at MAX_RUNTIME: why (watchdogs.py)
         #: stdout reached EOF (the child is exiting or closed it); see saw_eof().
         self.eof = False
         self.eof_at = 0.0

@@ -545,8 +545,8 @@ class Supervisor:
 
     def _finalize(self, w: WorkerProcess, rc: int, now: float) -> None:
         pool = self.pool_of(w)
-        # Answers written before it exited may still sit in the pipe.
-        if not w.killed and w.stdout_fd is not None:
+        # Answers written before it exited (or timed out) may still sit in the pipe.
+        if (not w.killed or w.overdue is not None) and w.stdout_fd is not None:
             try:
                 for _ in range(64):  # bounded: a grandchild may still hold the pipe open
                     lines = w.read_answers()
@@ -585,6 +585,7 @@ class Supervisor:
             undelivered=len(undelivered),
             started=started,
             db_connected=self.db_connected(),
+            timed_out=w.overdue is not None,
         )
         where = str(self.config.path or "none loaded")
         n_undelivered = len(undelivered)

@@ -19,8 +19,7 @@ from typing import Any, Protocol
 from pepsi_dispatch.config import DispatchConfig
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.ledger import Ledger
-from pepsi_dispatch.coordinator.stats import Stats
-from pepsi_dispatch.coordinator.workers.process import WorkerProcess
+from pepsi_dispatch.coordinator.workers.process import Overdue, WorkerProcess
 from pepsi_dispatch.coordinator.workers.stage_pool import StagePool
 
 log = logging.getLogger(__name__)
@@ -53,11 +52,10 @@ class Watchdog:
 
 class WorkerControl(Protocol):
     """What the watchdogs need of the workers' owner (the supervisor): its
-    pools and workers, the books they write to, and stopping or killing one."""
+    pools and workers, the ledger, and stopping or killing one."""
 
     pools: dict[str, StagePool]
     ledger: Ledger
-    stats: Stats
     dispatch_config: DispatchConfig
     shutting_down: bool
 
@@ -165,13 +163,15 @@ class Watchdogs:
             pool.start_cooldown(now, f"worker pid {w.pid} never started reading")
 
     def _timeout(self, w: WorkerProcess, now: float) -> None:
+        """MAX_RUNTIME: kill ``w``. Which message times out is settled when it
+        is reaped (exits.py), as a crash's blame is: the one its in-hand slot
+        names, else this head of line; the others are answered if their
+        answers are in the pipe, else released."""
         max_runtime = self.sup.dispatch_config.max_runtime
-        head = w.inflight.popleft()
-        self.sup.ledger.let_go(head, w, head in w.inflight)
+        head = w.inflight[0]
         seconds = now - w.head_since
         reason = f"timeout: no answer within MAX_RUNTIME ({max_runtime:g} s); worker killed"
-        self.sup.ledger.failed(head, "timeout", reason)
-        self.sup.stats.timed_out(w.stage, seconds)
+        w.overdue = Overdue(head, seconds, reason)
         log.warning(
             "stage %s worker pid %d: message %d unanswered after %.1f s "
             "(MAX_RUNTIME); killing the worker",

@@ -8,9 +8,10 @@ happens within the deadlines was driven by notifications, answers and timers.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
@@ -173,6 +174,35 @@ def test_catch_up_0_enqueues_only_the_latest_missed_tick(h: Harness) -> None:
     assert catch_up - before[-1] >= timedelta(seconds=3), (before, after)
     gaps = [b - a for a, b in pairwise(after[len(before) :])]
     assert all(g == timedelta(seconds=1) for g in gaps), after
+
+
+def test_catch_up_0_bounds_the_burst_after_the_dispatcher_was_frozen(h: Harness) -> None:
+    """EVERY = 1 s, CATCH_UP 0: a dispatcher frozen (SIGSTOP) for 4 s misses four
+    ticks. After SIGCONT it enqueues at most one of them (the current one), not
+    all four at once, then every tick again: CATCH_UP bounds every gap, not only
+    the ones while no dispatcher ran."""
+    conf = h.conf(h.pipeline(["t"]))
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s")
+    d = h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) >= 2, 15, message="2 ticks")
+    os.kill(d.pid, signal.SIGSTOP)
+    try:
+        frozen = datetime.now(UTC)
+        time.sleep(4.0)  # the freeze under test, not a wait for anything
+        thawed = datetime.now(UTC)
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    wait_until(
+        lambda: [t for t in schedule_ticks(h, "t") if t > thawed + timedelta(seconds=2)],
+        20,
+        message=lambda: f"ticks again after SIGCONT: {schedule_ticks(h, 't')}",
+    )
+    ticks = schedule_ticks(h, "t")
+    burst = [t for t in ticks if frozen < t <= thawed]
+    assert len(burst) <= 1, f"{len(burst)} ticks of the freeze enqueued: {ticks}"
+    gaps = [b - a for a, b in pairwise(t for t in ticks if t > thawed)]
+    assert all(g == timedelta(seconds=1) for g in gaps), ticks
+    assert d.terminate() == 0
 
 
 def test_a_bad_schedule_is_a_configuration_error_with_file_and_line(h: Harness) -> None:

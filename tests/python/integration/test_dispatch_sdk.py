@@ -22,8 +22,11 @@ SDK_WORKER = "tests/python/support/workers/sdk_scripted_worker.py"
 RAW_FORKING = "tests/python/support/workers/forking_raw_worker.py"
 
 
-def sdk_conf(h: Harness, group_commit: bool | str, **stage_opts):
-    """``group_commit``: True, False, or the scripted worker's flag to pass."""
+def sdk_conf(
+    h: Harness, group_commit: bool | str, dispatch: dict[str, str] | None = None, **stage_opts
+):
+    """``group_commit``: True, False, or the scripted worker's flag to pass;
+    ``dispatch``: [pepsi-dispatch] options beside the harness's defaults."""
     flag = group_commit if isinstance(group_commit, str) else " --group-commit" * group_commit
     program = f"{PYTHON} {ROOT / SDK_WORKER}" + (f" {flag.strip()}" if flag else "")
     conf_path = h.tmp / "pepsi.conf"
@@ -33,7 +36,7 @@ def sdk_conf(h: Harness, group_commit: bool | str, **stage_opts):
         "c": {"PROGRAM": program, **stage_opts},
     }
     # the workers read the same file (for NEXT) through -c CONFIG_FILE
-    return h.conf(stages, CONFIG_FILE=str(conf_path))
+    return h.conf(stages, CONFIG_FILE=str(conf_path), **(dispatch or {}))
 
 
 PLAIN = {
@@ -122,6 +125,34 @@ def test_sigkilled_group_blames_exactly_the_message_in_hand(h: Harness, flag: st
     # one group: the first two were rolled back with the crash and handed out
     # again (8 + 7 ids); one commit per message would have answered them (8 + 5)
     assert h.dispatch_stats()["messages"] == 15
+
+
+def test_max_runtime_times_out_only_the_hanging_message_in_hand(h: Harness) -> None:
+    """The SDK at its defaults (group commit with the in-hand slot), QUEUE_LIMIT 8,
+    MAX_RUNTIME 4 s: three good messages, one whose handler never returns, three
+    good ones, all in one group. MAX_RUNTIME blames the message in hand: it
+    alone ends 'timeout'. The three before it (their handlers returned, but
+    their group never committed) and the three after it are released and done
+    by the next worker. Blaming the head of line instead timed out the three
+    innocent messages ahead of it, one per MAX_RUNTIME, before the hang itself."""
+    plans = [{"plan": {"a": {"op": "finish", "insert": f"m{i}"}}} for i in range(7)]
+    plans[3] = {"plan": {"a": {"op": "finish", "sleep": 3600}}}
+    h.conn.execute("CREATE TABLE public.sdk_log (id bigint, note text)")
+    ids = h.enqueue("a", plans)  # all 7 before the start: one claim, one write, one group
+    conf = sdk_conf(h, "--default-commit", {"MAX_RUNTIME": "4 s"}, PARALLELISM=1, QUEUE_LIMIT=8)
+    d = h.start(conf)
+    counts = h.wait_all(timeout=90, where="stage = 'a'")
+    assert counts == {"done": 6, "timeout": 1}, (counts, d.tail())
+    hung = h.row(ids[3])
+    assert hung["status"] == "timeout", hung
+    assert "MAX_RUNTIME" in hung["state"]["dispatch_error"], hung["state"]
+    assert [h.row(i)["status"] for i in ids[:3] + ids[4:]] == ["done"] * 6
+    notes = sorted(n for (n,) in h.conn.execute("SELECT note FROM public.sdk_log"))
+    assert notes == sorted(f"m{i}" for i in range(7) if i != 3)  # each committed once
+    assert "timed out (its handler was running)" in d.log(), d.tail()
+    assert d.terminate() == 0  # flushes the statistics
+    stats = h.stage_stats()["a"]
+    assert (stats["timeouts"], stats["processed"]) == (1, 6), stats
 
 
 def _most_at_once(runs: list) -> int:

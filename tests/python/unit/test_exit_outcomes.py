@@ -24,6 +24,7 @@ def kind_of(
     undelivered: int = 0,
     started: bool = True,
     db_connected: bool = True,
+    timed_out: bool = False,
 ) -> ExitKind:
     return classify_exit(
         rc,
@@ -34,6 +35,7 @@ def kind_of(
         undelivered=undelivered,
         started=started,
         db_connected=db_connected,
+        timed_out=timed_out,
     )
 
 
@@ -42,6 +44,8 @@ def settle(kind: ExitKind, w: W, ledger: Ledger, unanswered: list[int], undelive
     ledger.reaped(w, unanswered, undelivered)
     if kind is ExitKind.CRASH:
         ledger.crashed(unanswered, "worker killed by signal SIGSEGV")
+    elif kind is ExitKind.TIMEOUT:
+        ledger.crashed(unanswered, "timeout: no answer within MAX_RUNTIME", status="timeout")
     else:
         ledger.release(unanswered)
     return ledger.owed()
@@ -79,16 +83,14 @@ def test_invariant_5_killed_releases_all():
 
 
 def test_invariant_5_max_runtime_makes_the_head_a_timeout():
-    """Invariant 5, MAX_RUNTIME: the head becomes 'timeout' (the watchdog pops it
-    and kills the worker), the rest are released when it is reaped."""
+    """Invariant 5, MAX_RUNTIME: the watchdog kills the worker; once it is
+    reaped, the head becomes 'timeout' (a worker without the in-hand slot) and
+    the rest are released."""
     w, ledger = W(), Ledger()
     ledger.hand([3, 4], w)
-    inflight = [3, 4]
-    head = inflight.pop(0)
-    ledger.let_go(head, w, head in inflight)
-    ledger.failed(head, "timeout", "timeout: no answer within MAX_RUNTIME (1 s); worker killed")
-    kind = kind_of(-9, killed=True, unanswered=1)
-    owed = settle(kind, w, ledger, inflight, [])
+    kind = kind_of(-9, killed=True, timed_out=True, unanswered=2)
+    assert kind is ExitKind.TIMEOUT
+    owed = settle(kind, w, ledger, [3, 4], [])
     assert [(f[0], f[1]) for f in owed.failures] == [(3, "timeout")]
     assert owed.releases == [4]
 
@@ -133,6 +135,7 @@ def test_invariant_5_no_stage_78_releases_all():
 @pytest.mark.parametrize(
     ("kwargs", "kind"),
     [
+        ({"rc": -9, "killed": True, "timed_out": True, "shutting_down": True}, ExitKind.TIMEOUT),
         ({"rc": -9, "killed": True, "shutting_down": True, "unanswered": 1}, ExitKind.KILLED),
         ({"rc": -15, "shutting_down": True, "unanswered": 1}, ExitKind.STOPPED),
         ({"rc": 0, "stopping": True}, ExitKind.STOPPED),
@@ -142,6 +145,7 @@ def test_invariant_5_no_stage_78_releases_all():
     ],
 )
 def test_invariant_5_precedence_of_the_exit_kinds(kwargs, kind):
-    """Invariant 5: killed beats shutdown beats exit 75 beats not-started."""
+    """Invariant 5: a MAX_RUNTIME kill beats any other kill beats shutdown beats
+    exit 75 beats not-started."""
     rc = kwargs.pop("rc")
     assert kind_of(rc, **kwargs) is kind

@@ -19,7 +19,7 @@ from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
 from pepsi_dispatch.coordinator.workers.exits import ExitBooks, settle_exit
-from pepsi_dispatch.coordinator.workers.process import ExitKind
+from pepsi_dispatch.coordinator.workers.process import ExitKind, Overdue
 
 
 class Pool:
@@ -38,7 +38,8 @@ def slot(in_hand: int | None = None) -> SimpleNamespace:
 
 def dead(**fields: Any) -> SimpleNamespace:
     base = dict(stage="a", pid=9, head_since=10.0, stopping=False, killed=False,
-                answers_received=3, stop_reason=None, slot=slot(), last_stderr="")  # fmt: skip
+                answers_received=3, stop_reason=None, slot=slot(), last_stderr="",
+                overdue=None)  # fmt: skip
     base.update(fields)
     return SimpleNamespace(**base)
 
@@ -70,6 +71,41 @@ def test_an_in_hand_id_the_worker_no_longer_holds_blames_the_head() -> None:
     w = dead(slot=slot(99))
     settle_exit(b, w, Pool(), ExitKind.CRASH, 1, [4, 5], 0, 12.0, False, "x")  # type: ignore[arg-type]
     assert [f[0] for f in b.ledger.failures] == [4]
+
+
+def overdue(head: int) -> Overdue:
+    """What the MAX_RUNTIME watchdog notes of a worker it kills (head ``head``)."""
+    return Overdue(head, 4.5, "timeout: no answer within MAX_RUNTIME (4 s); worker killed")
+
+
+def test_max_runtime_times_out_the_message_in_hand_only() -> None:
+    """The hanging handler is the in-hand one, behind the overdue head: it alone
+    times out; the head and the rest are released (as a crash's blame)."""
+    b = books()
+    w = dead(slot=slot(6), overdue=overdue(4), killed=True)
+    settle_exit(b, w, Pool(), ExitKind.TIMEOUT, -signal.SIGKILL, [4, 5, 6, 7], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert [(f[0], f[1]) for f in b.ledger.failures] == [(6, "timeout")]
+    assert "MAX_RUNTIME (4 s)" in b.ledger.failures[0][2]
+    assert sorted(b.ledger.releases) == [4, 5, 7]
+    assert (b.stats.stages["a"].timeouts, b.stats.stages["a"].crashes) == (1, 0)
+
+
+def test_max_runtime_without_the_in_hand_slot_times_out_the_overdue_head() -> None:
+    b = books()
+    w = dead(overdue=overdue(4), killed=True)
+    settle_exit(b, w, Pool(), ExitKind.TIMEOUT, -signal.SIGKILL, [4, 5], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert [(f[0], f[1]) for f in b.ledger.failures] == [(4, "timeout")]
+    assert b.ledger.releases == [5]
+
+
+def test_max_runtime_whose_head_was_answered_as_it_died_blames_nothing() -> None:
+    """The overdue head's answer was in the pipe (read at the reap): nothing
+    overran after all; the rest are released, nothing times out."""
+    b = books()
+    w = dead(slot=slot(5), overdue=overdue(4), killed=True)
+    settle_exit(b, w, Pool(), ExitKind.TIMEOUT, -signal.SIGKILL, [5, 6], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    assert b.ledger.failures == [] and b.ledger.releases == [5, 6]
+    assert "a" not in b.stats.stages or b.stats.stages["a"].timeouts == 0
 
 
 def test_exit_75_releases_everything_fails_nothing_and_cools_the_stage() -> None:

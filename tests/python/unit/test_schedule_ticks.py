@@ -1,14 +1,18 @@
-"""[schedule-NAME]: option checks with FILE:LINE, and the tick arithmetic (no database)."""
+"""[schedule-NAME]: option checks with FILE:LINE, the tick arithmetic, and which
+ticks the running scheduler fires after a gap (a stand-in database, an injected
+wall clock)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from pepsi_dispatch.config import ConfigError, ScheduleConfig, load_config
 from pepsi_dispatch.config.schedule import latest_tick, missed_ticks, next_tick, ticks_between
+from pepsi_dispatch.coordinator.schedules import SQL_FIRE, SQL_REGISTER, Scheduler
 
 NOON = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
 
@@ -52,6 +56,47 @@ def test_catch_up_owes_the_missed_ticks_that_young() -> None:
         NOON - timedelta(minutes=1),
         NOON,
     ]
+
+
+class FakeWork:
+    """The scheduler's database session: the registry says ``settled``; every
+    fire_schedule call's ticks are recorded (each one enqueued)."""
+
+    def __init__(self, settled: datetime) -> None:
+        self.settled = settled
+        self.fired: list[list[datetime]] = []
+        self.rows: list[tuple] = []
+
+    def execute(self, sql: str, args: tuple) -> FakeWork:
+        if sql == SQL_REGISTER:
+            self.rows = [(name, self.settled) for name in args[0]]
+        else:
+            assert sql == SQL_FIRE
+            self.fired.append(list(args[1]))
+            self.rows = [(t, i, True) for i, t in enumerate(args[1])]
+        return self
+
+    def fetchall(self) -> list[tuple]:
+        return self.rows
+
+
+# CATCH_UP 5 s at 12:00:31.2: the ticks of 12:00:27 to :31, none older than 5 s.
+@pytest.mark.parametrize(("catch_up", "fired"), [(0, 1), (5, 5)])
+def test_catch_up_bounds_a_gap_while_the_dispatcher_runs(catch_up: float, fired: int) -> None:
+    """A running dispatcher frozen for 30 s (SIGSTOP, a suspended host, a clock
+    step) fires at most CATCH_UP's worth of the missed ticks, besides the
+    current one -- as after a stop -- not all 30 of them at once."""
+    clock = [NOON + timedelta(milliseconds=500)]
+    work = FakeWork(settled=NOON)
+    sched = Scheduler({"e": every(1, catch_up)}, SimpleNamespace(work=work), wall=lambda: clock[0])  # type: ignore[arg-type]
+    assert sched.fire_due(0.0) == 0  # registered; nothing missed yet
+    clock[0] = NOON + timedelta(seconds=1, milliseconds=100)
+    assert sched.fire_due(1.0) == 1 and work.fired[-1] == [NOON + timedelta(seconds=1)]
+    clock[0] = NOON + timedelta(seconds=31, milliseconds=200)  # thawed
+    assert sched.fire_due(31.0) == fired
+    assert work.fired[-1] == [NOON + timedelta(seconds=31 - k) for k in reversed(range(fired))]
+    clock[0] = NOON + timedelta(seconds=32, milliseconds=50)
+    assert sched.fire_due(32.0) == 1, "then every tick again"
 
 
 def write(tmp_path: Path, body: str) -> Path:
