@@ -126,7 +126,7 @@ def test_python_program_without_the_handler_is_held_off(h: Harness) -> None:
     conf = h.conf(stages)
     d = h.start(conf)
     h.enqueue("b", 2)
-    # The cause quotes the worker's last stderr line (the real reason) once it was read.
+    # The cause quotes what the worker said on stderr (the real reason) once it was read.
     got = wait_until(
         lambda: (
             (hl := health(h, "b"))
