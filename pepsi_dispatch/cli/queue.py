@@ -19,6 +19,8 @@
   (``pepsi.requeue_failed``; the old error is kept in ``state.previous_error``).
 * ``cancel (--stage S | --id N ... | --all)`` — pending/paused rows to failed
   ('cancelled by operator').
+* With ``--id``, ``requeue`` and ``cancel`` act on each id on its own (cli/byid.py):
+  stdout names the ids acted on, and each other id gets one error line saying why.
 * ``purge [--status S ...] [--stage S] [--older-than TIME] [--yes] [--dry-run]`` —
   delete terminal rows; without a selection it refuses unless ``--yes``.
 
@@ -32,7 +34,8 @@ The database is ``PEPSI_DSN``, else ``[database] DSN`` of the configuration
 (``-c FILE``, ``$PEPSI_CONFIG``, ``~/.config/pepsi.conf``, ``/etc/pepsi.conf``).
 Exit codes: 0 success, 2 usage/configuration errors (a bad payload, an unknown
 stage, purge without a selection), 1 database errors and unknown message ids
-(``show``, and ``cancel``/``requeue --id`` of ids they could not act on);
+(``show``, and ``cancel``/``requeue --id`` of ids they could not act on, each
+named with why; the ids they did act on are never reported as errors);
 errors are one ``pepsi-queue: error: ...`` line on stderr. Without a command it
 prints its help.
 """
@@ -48,6 +51,7 @@ from typing import Any
 import click
 import psycopg
 
+from pepsi_dispatch.cli.byid import CANCEL, REQUEUE, Action, act_on_ids, summary
 from pepsi_dispatch.cli.messages import (
     DURATION,
     STATUSES,
@@ -293,30 +297,20 @@ def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> i
     if all_ and (stage or ids):
         raise click.UsageError("--all cannot be combined with --stage or --id")
     check_stage_name(obj, stage)
-    row = (
-        obj.conn()
-        .execute("SELECT pepsi.requeue_failed(%s, %s)", (stage, list(ids) if ids else None))
-        .fetchone()
-    )
-    n = int(row[0]) if row else 0
-    click.echo(f"requeued {n} message(s)")
-    return _ids_left(obj, ids, n, "requeue", TERMINAL[1:], "failed, timeout or expired")
+    if ids:
+        return _by_id(obj, REQUEUE, ids, stage)
+    row = obj.conn().execute("SELECT pepsi.requeue_failed(%s, NULL)", (stage,)).fetchone()
+    click.echo(f"requeued {int(row[0]) if row else 0} message(s)")
+    return 0
 
 
-def _ids_left(obj: _Ctx, ids: tuple[int, ...], done: int, verb: str, ok: tuple, what: str) -> int:
-    """After ``--id``: 1 (and one error line per id) when some id was not acted on."""
-    if not ids or done >= len(set(ids)):
-        return 0
-    bad = []
-    for mid in sorted(set(ids)):
-        row = obj.conn().execute("SELECT status FROM pepsi.message_story(%s)", (mid,)).fetchone()
-        if row is None:
-            bad.append(f"no message {mid}")
-        elif row[0] not in ok:
-            bad.append(f"message {mid} is {row[0]}, not {what}")
-    for line in bad or [f"{len(set(ids)) - done} of the ids could not be {verb}ed"]:
-        _report(f"{verb}: {line}")
-    return 1
+def _by_id(obj: _Ctx, action: Action, ids: tuple[int, ...], stage: str | None) -> int:
+    """``--id``: the ids acted on (stdout), one error line per other id; 1 if any."""
+    outcome = act_on_ids(obj.conn(), action, ids, stage)
+    click.echo(summary(action, outcome.done))
+    for line in outcome.refused:
+        _report(line)
+    return 1 if outcome.refused else 0
 
 
 @cli.command(help="Put pending and paused messages to failed ('cancelled by operator').")
@@ -330,14 +324,11 @@ def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> in
     if all_ and (stage or ids):
         raise click.UsageError("--all cannot be combined with --stage or --id")
     check_stage_name(obj, stage)
-    row = (
-        obj.conn()
-        .execute("SELECT pepsi.cancel(%s, %s, %s)", (list(ids) if ids else None, stage, bool(all_)))
-        .fetchone()
-    )
-    n = int(row[0]) if row else 0
-    click.echo(f"cancelled {n} message(s)")
-    return _ids_left(obj, ids, n, "cancel", ("pending", "paused"), "pending or paused")
+    if ids:
+        return _by_id(obj, CANCEL, ids, stage)
+    row = obj.conn().execute("SELECT pepsi.cancel(NULL, %s, %s)", (stage, bool(all_))).fetchone()
+    click.echo(f"cancelled {int(row[0]) if row else 0} message(s)")
+    return 0
 
 
 @cli.command(help="Delete terminal messages (done, failed, timeout, expired).")

@@ -1,9 +1,11 @@
 """Man pages pepsi-dispatch(1), pepsi-queue(1), pepsi-httpd(1) and pepsi.conf(5), generated.
 
 The command pages come from the click commands themselves (the text of
-``--help``) plus an EXIT STATUS and an ENVIRONMENT section each; pepsi.conf(5)
-from the option tables and the database overlay section of docs/CONFIG.md,
-checked against the option table of :mod:`pepsi_dispatch.config` (an option
+``--help``: every option of the program and of each subcommand) plus an EXIT
+STATUS and an ENVIRONMENT section each (pepsi-httpd's also its ENDPOINTS and
+HEALTH CHECK); pepsi.conf(5) is the whole of docs/CONFIG.md (mdroff.py), whose
+option tables are checked against the options the programs read
+(:mod:`pepsi_dispatch.config`, pepsi-httpd's ``CONFIG_OPTIONS``; an option
 missing on either side is an error). Every page's SEE ALSO names the other
 three. ``make man`` writes them to ``man/``; the wheel installs those files
 under ``share/man``; a test regenerates them and compares, so they cannot
@@ -22,6 +24,7 @@ from pathlib import Path
 import click
 
 from pepsi_dispatch import __version__
+from pepsi_dispatch.devtools import mdroff
 
 __all__ = ["PAGES", "config_page", "command_page", "generate"]
 
@@ -41,18 +44,9 @@ def _see_also(page: str) -> list[str]:
 
 
 def _esc(text: str) -> str:
-    """Plain text to roff: backslashes, and a leading '.' or "'" of a line."""
-    text = text.replace("\\", "\\e").replace("-", "\\-")
+    """Plain text to roff: backslashes, hyphens, non-ASCII, and a leading '.' or "'"."""
+    text = mdroff.esc(text)
     return "\n".join(("\\&" + ln if ln[:1] in (".", "'") else ln) for ln in text.split("\n"))
-
-
-def _md(text: str) -> str:
-    """The inline markdown of docs/CONFIG.md (code, bold, italics) to roff fonts."""
-    out = _esc(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"\\fB\1\\fR", out)
-    out = re.sub(r"`([^`]+)`", r"\\fB\1\\fR", out)
-    out = re.sub(r"\*([^*]+)\*", r"\\fI\1\\fR", out)
-    return out
 
 
 def _header(name: str, section: int, summary: str) -> list[str]:
@@ -80,9 +74,8 @@ def command_page(command: click.Command, prog: str, summary: str, extra: str = "
     """A section-1 page: synopsis, description, options, every subcommand of a
     group, then ``extra`` (EXIT STATUS, ENVIRONMENT, ...) and SEE ALSO."""
     ctx = click.Context(command, info_name=prog, **command.context_settings)
-    usage = " ".join(command.collect_usage_pieces(ctx))
     lines = _header(prog, 1, summary)
-    lines += [".SH SYNOPSIS", f"\\fB{_esc(prog)}\\fR {_esc(usage)}"]
+    lines += [".SH SYNOPSIS", *_synopsis(ctx, command, prog)]
     lines += [".SH DESCRIPTION", _esc(command.help or "")]
     lines += [".SH OPTIONS", *_params(ctx, command)]
     if isinstance(command, click.Group):
@@ -91,6 +84,21 @@ def command_page(command: click.Command, prog: str, summary: str, extra: str = "
         lines += [extra.strip()]
     lines += _see_also(f"{prog}.1")
     return "\n".join(lines) + "\n"
+
+
+def _synopsis(ctx: click.Context, command: click.Command, prog: str) -> list[str]:
+    """The usage line; for a group, one per subcommand (``prog [OPTIONS] name ...``)."""
+    if not isinstance(command, click.Group):
+        return [f"\\fB{_esc(prog)}\\fR {_esc(' '.join(command.collect_usage_pieces(ctx)))}"]
+    lines = []
+    for name in command.list_commands(ctx):
+        cmd = command.get_command(ctx, name)
+        assert cmd is not None
+        sub = click.Context(cmd, info_name=name, parent=ctx, **cmd.context_settings)
+        pieces = _esc(" ".join(cmd.collect_usage_pieces(sub)))
+        lines += [".br"] if lines else []
+        lines.append(f"\\fB{_esc(prog)}\\fR [OPTIONS] \\fB{_esc(name)}\\fR {pieces}")
+    return lines
 
 
 def _subcommands(ctx: click.Context, group: click.Group) -> list[str]:
@@ -147,7 +155,8 @@ the configuration's \\fB5 min\\fR form; a bare number is seconds.
 0 success (and for \\-h, \\-v); 2 for usage and configuration errors (a bad
 payload or duration, an unknown stage, purge without a selection); 1 for
 database errors, a missing privilege, an unknown message id (\\fBshow\\fR) and
-ids \\fBcancel \\-\\-id\\fR or \\fBrequeue \\-\\-id\\fR could not act on; 130 when
+ids \\fBcancel \\-\\-id\\fR or \\fBrequeue \\-\\-id\\fR could not act on (one error
+line each, saying why; the ids they acted on are listed on stdout); 130 when
 interrupted. Errors are one line on stderr.
 .SH ENVIRONMENT
 .TP
@@ -161,7 +170,50 @@ configuration file when \\-c is not given.
 for \\fB~/.config/pepsi.conf\\fR.
 """
 
-_HTTPD_EXTRA = """.SH SECURITY
+_HTTPD_EXTRA = """.SH ENDPOINTS
+.TP
+\\fBGET /metrics\\fR
+Prometheus text: the statistics, queue depth and oldest age by stage and
+status (zeros included), stage health, the dispatchers' gauges.
+.TP
+\\fBGET /healthz\\fR
+200 \\fBok: N live dispatcher(s)\\fR, else 503 with the reason (see HEALTH CHECK).
+.TP
+\\fBGET /\\fR, \\fB/messages\\fR, \\fB/failures\\fR, \\fB/message/ID\\fR
+the dashboard (one page; \\fB/static/NAME\\fR and \\fB/favicon.ico\\fR are its
+script, style and icon, served from the package).
+.TP
+\\fBGET /api/...\\fR
+the dashboard's JSON: \\fB/api/overview\\fR, \\fB/api/messages\\fR (with
+\\fBstatus\\fR, \\fBstage\\fR, \\fBolder_than\\fR, \\fBwhere\\fR, \\fBgroup\\fR,
+\\fBlimit\\fR, \\fBbefore\\fR), \\fB/api/failures\\fR (with \\fBreason\\fR,
+\\fBstage\\fR), \\fB/api/message/ID\\fR, \\fB/api/schedules\\fR.
+.TP
+\\fBPOST /api/...\\fR
+the dashboard's buttons, only with \\-\\-allow\\-actions (else 403), each one
+\\fBpepsi.dashboard_*\\fR function: \\fB/api/requeue\\fR and \\fB/api/cancel\\fR
+\\fB{"ids": [...]}\\fR, \\fB/api/pause\\fR \\fB{"stage": S, "paused": true}\\fR
+(false resumes), \\fB/api/reschedule\\fR \\fB{"id": N, "in_seconds": S}\\fR.
+.SH HEALTH CHECK
+\\fB/healthz\\fR answers 200 while the database answers, at least one
+registered dispatcher is live (its session connected) and some session holds
+the dispatcher lock, and no stage is held off too long. Otherwise 503, with
+one line saying why:
+.IP \\(bu 4
+\\fBdatabase unavailable: ...\\fR, or the database is not migrated (run
+\\fBpepsi\\-queue migrate\\fR);
+.IP \\(bu 4
+\\fBno live dispatcher: ...\\fR \\- none is registered with its session connected;
+.IP \\(bu 4
+\\fBno dispatcher session: ...\\fR \\- no session holds the dispatcher lock
+(a dispatcher killed, or reconnecting);
+.IP \\(bu 4
+a stage with pending messages held off (or with no worker) longer than
+\\-\\-held\\-off\\-limit, else [pepsi\\-httpd] HELD_OFF_LIMIT, else 60 s, one line
+per stage: \\fBstage NAME no worker for 75 s with 12 pending message(s): CAUSE\\fR.
+.PP
+Answers come from a snapshot at most one second old.
+.SH SECURITY
 Every request, read or action, must name this server in its Host header: the
 listen address, localhost, 127.0.0.1, ::1, or a name given with
 \\-\\-allowed\\-host (with this server's port when a port is given); anything
@@ -181,7 +233,10 @@ fatal runtime errors. Errors are one line on stderr.
 the database (a login role in \\fBpepsi_dashboard\\fR); overrides [database] DSN.
 .TP
 \\fBPEPSI_CONFIG\\fR
-configuration file when \\-c is not given (only its [database] section is used).
+configuration file when \\-c is not given. pepsi\\-httpd reads its [database]
+DSN (unless PEPSI_DSN is set) and its [pepsi\\-httpd] HELD_OFF_LIMIT (see
+\\fBpepsi.conf\\fR(5)), nothing else: the stage graph comes from the registry
+the dispatcher writes.
 .TP
 \\fBHOME\\fR
 for \\fB~/.config/pepsi.conf\\fR.
@@ -205,40 +260,40 @@ def _config_tables(markdown: str) -> dict[str, list[tuple[str, str, str]]]:
     return tables
 
 
-def config_page(markdown: str) -> str:
-    """pepsi.conf(5) from docs/CONFIG.md; raises ValueError if it and config.py disagree."""
+def _code_options() -> dict[str, set[str]]:
+    """Per section of docs/CONFIG.md: the options the programs read there."""
     from pepsi_dispatch.config import load as config
+    from pepsi_dispatch.httpd import server as httpd
 
-    tables = _config_tables(markdown)
-    code = {
+    return {
         "database": set(config._DATABASE_OPTIONS),
         "pepsi-dispatch": set(config._DISPATCH_OPTIONS),
         "stage-NAME": set(config._STAGE_OPTIONS),
+        "schedule-NAME": set(config._SCHEDULE_OPTIONS),
+        "pepsi-httpd": set(httpd.CONFIG_OPTIONS),
     }
-    for section, options in code.items():
+
+
+def check_option_tables(markdown: str) -> None:
+    """Raise ValueError when an option table of docs/CONFIG.md and the code disagree."""
+    tables = _config_tables(markdown)
+    for section, options in _code_options().items():
         documented = {row[0] for row in tables.get(section, [])}
         if documented != options:
             raise ValueError(
                 f"docs/CONFIG.md [{section}] documents {sorted(documented - options)} that"
-                f" config.py lacks, and lacks {sorted(options - documented)}"
+                f" the code lacks, and lacks {sorted(options - documented)}"
             )
+
+
+def config_page(markdown: str) -> str:
+    """pepsi.conf(5): all of docs/CONFIG.md; raises ValueError if its option tables
+    and the code disagree."""
+    check_option_tables(markdown)
+    intro, _, rest = markdown.partition("\n## ")
     lines = _header("pepsi.conf", 5, "configuration of pepsi-dispatch and its stage graph")
-    lines += [
-        ".SH DESCRIPTION",
-        "An INI file: \\fB[section]\\fR, \\fBKEY = value\\fR, \\fB#\\fR comments; keys",
-        "and section names are case\\-insensitive; \\fB$NAME\\fR and",
-        "\\fB${NAME:\\-default}\\fR are expanded from [PATHS] and the environment.",
-        "Times: \\fB500 ms\\fR, \\fB30 s\\fR, \\fB5 min\\fR, \\fB24 h\\fR, \\fB2 d\\fR",
-        "(a bare number is seconds).",
-        ".PP",
-        "Found by \\fB\\-c FILE\\fR, else \\fB$PEPSI_CONFIG\\fR, else",
-        "\\fB~/.config/pepsi.conf\\fR, else \\fB/etc/pepsi.conf\\fR.",
-    ]
-    for section in ("database", "pepsi-dispatch", "stage-NAME"):
-        lines.append(f".SH [{_esc(section)}]")
-        for option, default, meaning in tables[section]:
-            lines += [".TP", f"\\fB{_esc(option)}\\fR (default: {_md(default)})", _md(meaning)]
-    lines += _overlay(markdown)
+    lines += [".SH DESCRIPTION", *mdroff.roff(intro)[1:]]  # (its first line is a .PP)
+    lines += mdroff.roff("## " + rest)
     lines += [
         ".SH ENVIRONMENT",
         ".TP",
@@ -256,21 +311,6 @@ def config_page(markdown: str) -> str:
     ]
     lines += _see_also("pepsi.conf.5")
     return "\n".join(lines) + "\n"
-
-
-def _overlay(markdown: str) -> list[str]:
-    """The section "The database overlay" of docs/CONFIG.md: paragraphs and code."""
-    m = re.search(r"^## The database overlay\n(.*?)(?=^## |\Z)", markdown, re.M | re.S)
-    if m is None:
-        raise ValueError("docs/CONFIG.md has no section '## The database overlay'")
-    lines = [".SH DATABASE OVERLAY"]
-    for block in re.split(r"\n\s*\n", m.group(1).strip()):
-        if block.startswith("```"):
-            body = block.strip("`").split("\n", 1)[1] if "\n" in block else ""
-            lines += [".PP", ".nf", _esc(body.rstrip("`").rstrip()), ".fi"]
-        else:
-            lines += [".PP", _md(" ".join(block.split()))]
-    return lines
 
 
 def generate(config_md: Path) -> dict[str, str]:

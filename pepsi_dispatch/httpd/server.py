@@ -23,9 +23,9 @@ header must match it: else 421/403 with the reason. Connections are capped and
 must deliver their request within --request-timeout (limits.py).
 
 The database is PEPSI_DSN, else [database] DSN of the configuration (-c);
-nothing else of the configuration is needed: the stage graph comes from the
-registry the dispatcher writes. Connect as a login role in pepsi_dashboard
-(docs/OPERATIONS.md).
+of the rest it reads only [pepsi-httpd] HELD_OFF_LIMIT (CONFIG_OPTIONS): the
+stage graph comes from the registry the dispatcher writes. Connect as a login
+role in pepsi_dashboard (docs/OPERATIONS.md).
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ from .limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, BoundedHTT
 
 PROG = "pepsi-httpd"
 DEFAULT_LISTEN = "127.0.0.1:9187"
+#: What pepsi-httpd reads of its ``[pepsi-httpd]`` section (docs/CONFIG.md, pepsi.conf(5)).
+CONFIG_OPTIONS = ("HELD_OFF_LIMIT",)
 log = logging.getLogger("pepsi_dispatch.httpd")
 
 STATIC_TYPES = {

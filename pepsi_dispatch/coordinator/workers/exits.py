@@ -116,8 +116,10 @@ def blame(books: ExitBooks, w: WorkerProcess, rc: int, ids: list[int], now: floa
 
 
 def _last_words(w: WorkerProcess) -> str:
-    """The worker's last stderr line, for a cooldown's cause (often the real reason)."""
-    return f"; its last stderr line: {w.last_stderr}" if w.last_stderr else ""
+    """What the worker's stderr says of why it died, for a cooldown's cause: its
+    first error-like line and its last lines (see lastwords.py)."""
+    cause = w.last_words.cause()
+    return f"; its stderr: {cause}" if cause else ""
 
 
 def log_exit(
@@ -152,14 +154,17 @@ def log_exit(
     elif kind is ExitKind.STOPPED:
         # Dying of the SIGTERM we sent is a normal way to stop.
         normal = rc == 0 or (shutting_down and rc == -signal.SIGTERM)
+        # One that failed before answering (a template probe, a spare): why, if it said.
+        words = "" if normal or w.answers_received else _last_words(w)
         log.log(
             logging.INFO if normal else logging.WARNING,
-            "stage %s worker pid %d stopped (%s): %s%s",
+            "stage %s worker pid %d stopped (%s): %s%s%s",
             w.stage,
             w.pid,
             w.stop_reason or "dispatcher stopping",
             exit_text,
             f"; {n} message(s) released" if n else "",
+            words,
         )
     elif kind is ExitKind.EXITED:
         log.warning("stage %s worker pid %d exited unexpectedly: %s", w.stage, w.pid, exit_text)

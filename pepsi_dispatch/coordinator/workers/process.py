@@ -31,6 +31,7 @@ from pepsi_dispatch.coordinator.workers.children import (
     worker_argv,
 )
 from pepsi_dispatch.coordinator.workers.inhand import InHandSlot
+from pepsi_dispatch.coordinator.workers.lastwords import LastWords
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,6 @@ READ_CHUNK = 65536
 #: An answer line longer than this is cut to its first MAX_LINE bytes (one
 #: answer); the rest of it is discarded up to its newline.
 MAX_ANSWER_LINE = 65536
-#: A worker's last stderr line is kept up to this many characters (a stage's
-#: held-off cause on the heartbeat quotes it).
-LAST_STDERR_CHARS = 300
 #: stderr lines longer than this are cut before they reach the log.
 MAX_STDERR_LINE = 8192
 
@@ -253,9 +251,9 @@ class WorkerProcess:
         self.stop_reason = ""
         self.overdue: Overdue | None = None  # killed at MAX_RUNTIME: why (watchdogs.py)
         #: stdout reached EOF (the child is exiting or closed it); see saw_eof().
-        self.eof = False
-        self.eof_at = 0.0
-        self.last_stderr = ""  # its last non-empty stderr line: a held-off cause quotes it
+        self.eof, self.eof_at = False, 0.0
+        #: the stderr lines that may say why it died: a held-off cause quotes them.
+        self.last_words = LastWords()
         #: monotonic time it last had nothing in flight (idle reap).
         self.idle_since = time.monotonic()
         self._out_partial = b""
@@ -467,10 +465,7 @@ class WorkerProcess:
         return out
 
     def _note_stderr(self, lines: list[str]) -> None:
-        for line in reversed(lines):
-            if line.strip():
-                self.last_stderr = line.strip()[:LAST_STDERR_CHARS]
-                return
+        self.last_words.note(lines)
 
     # -- stopping ---------------------------------------------------------------
     def close_stdin(self) -> None:

@@ -133,7 +133,7 @@ def test_requeue_by_stage_id_all(q, conn):
     rc, out, _ = q("requeue", "--stage", "a")
     assert rc == 0 and out.strip() == "requeued 2 message(s)"
     rc, out, _ = q("requeue", "--id", str(b[0]))
-    assert out.strip() == "requeued 1 message(s)"
+    assert out.strip() == f"requeued 1 message(s): {b[0]}"
     rc, out, _ = q("requeue", "--all")
     assert out.strip() == "requeued 1 message(s)"
     rows = conn.execute(

@@ -156,7 +156,7 @@ def test_cancel_and_requeue_of_unknown_ids_exit_non_zero(pq, conn) -> None:
     r = pq("cancel", "--id", "99999")
     assert r.returncode == 1 and "cancel: no message 99999" in r.stderr
     r = pq("cancel", "--id", str(m["pending"]), "--id", str(m["done"]))
-    assert r.returncode == 1 and r.stdout == "cancelled 1 message(s)\n"
+    assert r.returncode == 1 and r.stdout == f"cancelled 1 message(s): {m['pending']}\n"
     assert f"message {m['done']} is done, not pending or paused" in r.stderr
     assert pq("requeue", "--id", "99999").returncode == 1
     assert pq("requeue", "--id", str(m["failed"])).returncode == 0

@@ -147,7 +147,7 @@ def test_cancel_by_id_stage_and_all(pq, conn) -> None:
     r = pq("cancel")
     assert r.returncode == 2 and "say which messages" in r.stderr
     assert pq("cancel", "--all", "--stage", "a").returncode == 2
-    assert pq("cancel", "--id", str(ids[0])).stdout == "cancelled 1 message(s)\n"
+    assert pq("cancel", "--id", str(ids[0])).stdout == f"cancelled 1 message(s): {ids[0]}\n"
     assert pq("cancel", "--stage", "a").stdout == "cancelled 2 message(s)\n"
     assert pq("cancel", "--all").stdout == "cancelled 1 message(s)\n"
     rows = conn.execute("SELECT DISTINCT status, state->>'error' FROM pepsi.workqueue").fetchall()

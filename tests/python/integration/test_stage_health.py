@@ -126,7 +126,7 @@ def test_python_program_without_the_handler_is_held_off(h: Harness) -> None:
     conf = h.conf(stages)
     d = h.start(conf)
     h.enqueue("b", 2)
-    # The cause quotes the worker's last stderr line (the real reason) once it was read.
+    # The cause quotes what the worker said on stderr (the real reason) once it was read.
     got = wait_until(
         lambda: (
             (hl := health(h, "b"))
@@ -139,4 +139,57 @@ def test_python_program_without_the_handler_is_held_off(h: Harness) -> None:
         lambda: f"{health(h, 'b')}\n{d.tail()}",
     )
     assert "before reading its input" in got["cause"], got
+    assert h.counts().get("pending") == 2
+
+
+#: What node v20 writes to stderr when a stage's ``require('pg')`` finds no module.
+NODE_MISSING_MODULE = """node:internal/modules/cjs/loader:1210
+  throw err;
+  ^
+
+Error: Cannot find module 'pg'
+Require stack:
+- /srv/stages/store.js
+    at Module._resolveFilename (node:internal/modules/cjs/loader:1207:15)
+    at Module._load (node:internal/modules/cjs/loader:1038:27)
+    at Module.require (node:internal/modules/cjs/loader:1289:19)
+    at require (node:internal/modules/helpers:182:18)
+    at Object.<anonymous> (/srv/stages/store.js:1:12)
+    at Module._compile (node:internal/modules/cjs/loader:1521:14)
+    at Module._extensions..js (node:internal/modules/cjs/loader:1623:10)
+    at Module.load (node:internal/modules/cjs/loader:1266:32)
+    at Module._load (node:internal/modules/cjs/loader:1091:12)
+    at Function.executeUserEntryPoint [as runMain] (node:internal/modules/run_main:164:12) {
+  code: 'MODULE_NOT_FOUND',
+  requireStack: [ '/srv/stages/store.js' ]
+}
+
+Node.js v20.20.2
+"""
+
+
+def test_stage_dying_at_start_shows_its_error_not_its_version_banner(
+    h: Harness, tmp_path: Path
+) -> None:
+    report = tmp_path / "node-crash.txt"
+    report.write_text(NODE_MISSING_MODULE)
+    prog = tmp_path / "store-stage"
+    prog.write_text(f"#!/bin/sh\ncat {report} >&2\nexit 1\n")
+    prog.chmod(0o755)
+    d = h.start(h.conf({"store": {"PROGRAM": str(prog)}}))
+    h.enqueue("store", 2)
+    error = "Error: Cannot find module 'pg'"
+    got = wait_until(
+        lambda: (hl := health(h, "store")) and error in (hl["cause"] or "") and hl,
+        30,
+        0.1,
+        lambda: f"{health(h, 'store')}\n{d.tail()}",
+    )
+    assert "MODULE_NOT_FOUND" in got["cause"] and "Node.js v20" not in got["cause"], got
+    # The log line an operator filters for (journalctl -p warning) carries the error.
+    warnings = [x for x in d.log().splitlines() if "WARNING" in x and "holding off" in x]
+    assert warnings and error in warnings[0] and "Node.js v20" not in warnings[0], d.tail()
+    r = pq(h, "status")
+    held = next(x for x in r.stdout.splitlines() if x.startswith("stage store:"))
+    assert error in held and "Node.js v20" not in held, r.stdout
     assert h.counts().get("pending") == 2

@@ -19,6 +19,7 @@ from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
 from pepsi_dispatch.coordinator.workers.exits import ExitBooks, settle_exit
+from pepsi_dispatch.coordinator.workers.lastwords import LastWords
 from pepsi_dispatch.coordinator.workers.process import ExitKind, Overdue
 
 
@@ -36,9 +37,15 @@ def slot(in_hand: int | None = None) -> SimpleNamespace:
     return SimpleNamespace(in_hand=lambda: in_hand)
 
 
+def words(*lines: str) -> LastWords:
+    said = LastWords()
+    said.note(lines)
+    return said
+
+
 def dead(**fields: Any) -> SimpleNamespace:
     base = dict(stage="a", pid=9, head_since=10.0, stopping=False, killed=False,
-                answers_received=3, stop_reason=None, slot=slot(), last_stderr="",
+                answers_received=3, stop_reason=None, slot=slot(), last_words=words(),
                 overdue=None)  # fmt: skip
     base.update(fields)
     return SimpleNamespace(**base)
@@ -117,13 +124,22 @@ def test_exit_75_releases_everything_fails_nothing_and_cools_the_stage() -> None
 
 def test_a_worker_dying_before_any_answer_cools_its_stage_down() -> None:
     b, pool = books(), Pool()
-    w = dead(answers_received=0, last_stderr="ImportError: no module named x")
+    w = dead(answers_received=0, last_words=words("ImportError: no module named x", "", "v1"))
     settle_exit(b, w, pool, ExitKind.EXITED, 1, [], 0, 12.0, False, "x")  # type: ignore[arg-type]
-    # The cause says how it ended and quotes its last stderr line (the real reason).
+    # The cause says how it ended and quotes its stderr's error line and last lines.
     assert pool.cooldowns == [
         "worker pid 9 exited with code 1 before answering anything;"
-        " its last stderr line: ImportError: no module named x"
+        " its stderr: ImportError: no module named x | v1"
     ]
+
+
+def test_a_stopped_worker_that_failed_before_answering_logs_its_stderr(caplog) -> None:
+    said = words("Error: Cannot find module 'pg'", "Node.js v20.20.2")
+    w = dead(answers_received=0, stop_reason="template probe", last_words=said)
+    settle_exit(books(), w, Pool(), ExitKind.STOPPED, 1, [], 0, 12.0, False, "x")  # type: ignore[arg-type]
+    [record] = [r for r in caplog.records if "stopped" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert record.getMessage().endswith("its stderr: Error: Cannot find module 'pg'")
 
 
 def test_gauges_count_workers_by_state_and_ids_in_flight() -> None:
