@@ -116,8 +116,8 @@ chaos: install system-deps
 failover: install system-deps
 	$(PY) tests/chaos/failover.py
 
-# The endurance run (tests/endurance/run.py): ENDURANCE_MINUTES (30), ENDURANCE_WARMUP (5),
-# ENDURANCE_WINDOW (300 s), ENDURANCE_SAMPLE (60 s), ENDURANCE_RATE (default: half capacity).
+# The endurance run (tests/endurance/run.py): ENDURANCE_MINUTES (30; 120: the long mode), ENDURANCE_WARMUP (5; 15 from 60 min),
+# ENDURANCE_WINDOW (60 s), ENDURANCE_SAMPLE (60 s), ENDURANCE_RATE (default: half capacity).
 endurance: install system-deps
 	$(PY) tests/endurance/run.py
 

@@ -91,7 +91,7 @@ BEGIN
       || ' CASE WHEN w.status = ''paused'' THEN w.timeout END,'
       || ' coalesce(w.state ->> ''dispatch_error'', w.state ->> ''error'','
       || ' CASE WHEN w.status = ''paused'' THEN w.state ->> ''pause_reason'' END),'
-      || ' w.payload FROM pepsi.workqueue AS w WHERE true';
+      || ' w.payload FROM pepsi.messages AS w WHERE true';
     IF cardinality(_list_messages_sql.statuses) = 1 THEN
         q := q || format(' AND w.status = %L', _list_messages_sql.statuses[1]);
     ELSIF cardinality(_list_messages_sql.statuses) > 1 THEN
@@ -551,7 +551,7 @@ CREATE FUNCTION pepsi.dashboard_failed(reason text DEFAULT NULL::text, in_stage 
 BEGIN
     RETURN QUERY
     SELECT w.workqueue_id, w.stage, w.status, w.retries, r.reason, w.created_at, w.updated_at
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      CROSS JOIN LATERAL (SELECT coalesce(w.state ->> 'dispatch_error', w.state ->> 'error',
                                          w.status) AS reason) AS r
      WHERE w.status IN ('failed', 'timeout', 'expired')
@@ -570,7 +570,7 @@ BEGIN
     RETURN (SELECT to_jsonb(w) || jsonb_build_object(
                        'age_seconds', extract(epoch FROM now() - w.created_at),
                        'idle_seconds', extract(epoch FROM now() - w.updated_at))
-              FROM pepsi.workqueue AS w
+              FROM pepsi.messages AS w
              WHERE w.workqueue_id = dashboard_message.id);
 END
 $$;
@@ -599,7 +599,7 @@ BEGIN
                     w.state ->> 'pause_reason'),
            left(w.payload::text, 200),
            w.created_at, w.updated_at
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      WHERE (dashboard_messages.in_status IS NULL OR w.status = dashboard_messages.in_status)
        AND (dashboard_messages.in_stage IS NULL OR w.stage = dashboard_messages.in_stage)
        AND (dashboard_messages.older_than IS NULL
@@ -690,7 +690,7 @@ BEGIN
         SELECT w.stage, w.status, count(*) AS n,
                min(w.updated_at) AS oldest,
                count(*) FILTER (WHERE w.status = 'paused' AND w.timeout <= now()) AS due
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          GROUP BY w.stage, w.status
     ), names AS (
         SELECT r.stage FROM rows_by AS r UNION SELECT s.stage FROM pepsi.stages AS s
@@ -706,7 +706,7 @@ BEGIN
         SELECT w.stage,
                coalesce(w.state ->> 'dispatch_error', w.state ->> 'error', w.status) AS reason,
                count(*) AS n, max(w.workqueue_id) AS newest_id
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          WHERE w.status IN ('failed', 'timeout', 'expired')
          GROUP BY 1, 2
     ), f AS (
@@ -1001,7 +1001,7 @@ BEGIN
            pepsi._normalise_reason(f.raw)
       FROM (SELECT w.workqueue_id, w.stage, w.status, w.retries, w.updated_at, w.payload,
                    coalesce(w.state ->> 'dispatch_error', w.state ->> 'error', w.status) AS raw
-              FROM pepsi.workqueue AS w
+              FROM pepsi.messages AS w
              WHERE w.status IN ('failed', 'timeout', 'expired')
                AND (failed_messages.in_stage IS NULL OR w.stage = failed_messages.in_stage)) AS f
      WHERE failed_messages.in_reason IS NULL
@@ -1026,7 +1026,7 @@ BEGIN
                  GROUP BY x.raw ORDER BY min(x.n) LIMIT 3) AS e)
       FROM (SELECT w.stage, w.status, w.workqueue_id, w.updated_at, r.raw,
                    pepsi._normalise_reason(r.raw) AS pattern
-              FROM pepsi.workqueue AS w
+              FROM pepsi.messages AS w
              CROSS JOIN LATERAL (SELECT coalesce(w.state ->> 'dispatch_error',
                                                  w.state ->> 'error', w.status) AS raw) AS r
              WHERE w.status IN ('failed', 'timeout', 'expired')
@@ -1221,7 +1221,7 @@ CREATE FUNCTION pepsi.get_message(id bigint) RETURNS TABLE(workqueue_id bigint, 
 BEGIN
     RETURN QUERY
     SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      WHERE w.workqueue_id = get_message.id;
 END
 $$;
@@ -1297,6 +1297,37 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pepsi.keep_dead_letters(batch_size integer DEFAULT 1000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF coalesce(keep_dead_letters.batch_size, 0) <= 0 THEN
+        RETURN 0;
+    END IF;
+    WITH moved AS (
+        DELETE FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = ANY (ARRAY(
+                   SELECT k.workqueue_id
+                     FROM pepsi.workqueue AS k
+                    WHERE k.status IN ('failed', 'timeout', 'expired')
+                    ORDER BY k.stage, k.workqueue_id
+                    LIMIT keep_dead_letters.batch_size
+                      FOR UPDATE SKIP LOCKED))
+           AND w.status IN ('failed', 'timeout', 'expired')
+        RETURNING w.workqueue_id, w.stage, w.status, w.payload, w.state, w.timeout, w.retries,
+                  w.created_at, w.updated_at, w.dispatcher_id, w.priority, w.dedupe_key
+    )
+    INSERT INTO pepsi.dead_letters (workqueue_id, stage, status, payload, state, timeout, retries,
+                                    created_at, updated_at, dispatcher_id, priority, dedupe_key)
+    SELECT * FROM moved;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
 CREATE FUNCTION pepsi.list_messages(statuses text[] DEFAULT NULL::text[], in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, payload_contains jsonb DEFAULT NULL::jsonb, before_id bigint DEFAULT NULL::bigint, max_rows integer DEFAULT 50) RETURNS TABLE(workqueue_id bigint, stage text, status text, retries integer, created_at timestamp with time zone, updated_at timestamp with time zone, due timestamp with time zone, reason text, payload jsonb)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -1316,7 +1347,7 @@ DECLARE
     w pepsi.workqueue%ROWTYPE;
     last_stage text;
 BEGIN
-    SELECT * INTO w FROM pepsi.workqueue AS q WHERE q.workqueue_id = message_history.id;
+    SELECT * INTO w FROM pepsi.messages AS q WHERE q.workqueue_id = message_history.id;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -1364,7 +1395,7 @@ BEGIN
            CASE WHEN w.status = 'paused' AND isfinite(w.timeout) THEN w.timeout - now() END,
            s.stage IS NOT NULL,
            w.priority, w.dedupe_key
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
       LEFT JOIN pepsi.stages AS s ON s.stage = w.stage
      WHERE w.workqueue_id = message_story.id;
 END
@@ -1427,7 +1458,7 @@ BEGIN
         SELECT string_agg(format(E'pepsi_queue_depth{stage="%s",status="%s"} %s\n',
                                  q.stage, q.status, q.n), '' ORDER BY q.stage, q.status)
           FROM (WITH r AS (SELECT w.stage, w.status, count(*) AS n  -- one scan
-                             FROM pepsi.workqueue AS w
+                             FROM pepsi.messages AS w
                             GROUP BY w.stage, w.status)
                 SELECT n.stage, st.status, coalesce(r.n, 0) AS n
                   FROM (SELECT r.stage FROM r UNION SELECT s.stage FROM pepsi.stages AS s) AS n
@@ -1501,6 +1532,7 @@ CREATE FUNCTION pepsi.purge(statuses text[], stage text DEFAULT NULL::text, olde
     AS $$
 DECLARE
     n bigint;
+    gone_ids bigint[];
 BEGIN
     IF purge.statuses IS NULL OR cardinality(purge.statuses) = 0
        OR NOT purge.statuses <@ ARRAY['done', 'failed', 'timeout', 'expired'] THEN
@@ -1510,17 +1542,33 @@ BEGIN
     END IF;
     IF coalesce(purge.dry_run, false) THEN
         SELECT count(*) INTO n
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          WHERE w.status = ANY (purge.statuses)
            AND (purge.stage IS NULL OR w.stage = purge.stage)
            AND (purge.older_than IS NULL OR w.updated_at < now() - purge.older_than);
         RETURN n;
     END IF;
-    DELETE FROM pepsi.workqueue AS w
-     WHERE w.status = ANY (purge.statuses)
-       AND (purge.stage IS NULL OR w.stage = purge.stage)
-       AND (purge.older_than IS NULL OR w.updated_at < now() - purge.older_than);
-    GET DIAGNOSTICS n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM pepsi.workqueue AS w
+         WHERE w.status = ANY (purge.statuses)
+           AND (purge.stage IS NULL OR w.stage = purge.stage)
+           AND (purge.older_than IS NULL OR w.updated_at < now() - purge.older_than)
+        RETURNING w.workqueue_id
+    ), kept_gone AS (
+        DELETE FROM pepsi.dead_letters AS d
+         WHERE d.status = ANY (purge.statuses)
+           AND (purge.stage IS NULL OR d.stage = purge.stage)
+           AND (purge.older_than IS NULL OR d.updated_at < now() - purge.older_than)
+        RETURNING d.workqueue_id
+    )
+    SELECT array_agg(x.workqueue_id) INTO gone_ids
+      FROM (SELECT g.workqueue_id FROM gone AS g
+            UNION ALL SELECT k.workqueue_id FROM kept_gone AS k) AS x;
+    n := coalesce(cardinality(gone_ids), 0);
+    IF n > 0 THEN
+        DELETE FROM pepsi.attempts AS a WHERE a.workqueue_id = ANY (gone_ids);
+        DELETE FROM pepsi.tracebacks AS t WHERE t.workqueue_id = ANY (gone_ids);
+    END IF;
     RETURN n;
 END
 $$;
@@ -1531,21 +1579,30 @@ CREATE FUNCTION pepsi.purge_done(retention interval, batch_size integer DEFAULT 
     AS $$
 DECLARE
     n integer;
+    gone_ids bigint[];
 BEGIN
     IF purge_done.retention IS NULL OR purge_done.retention <= interval '0'
        OR coalesce(purge_done.batch_size, 0) <= 0 THEN
         RETURN 0;
     END IF;
-    DELETE FROM pepsi.workqueue AS w
-     WHERE w.workqueue_id = ANY (ARRAY(
-               SELECT d.workqueue_id
-                 FROM pepsi.workqueue AS d
-                WHERE d.status = 'done' AND d.updated_at < now() - purge_done.retention
-                ORDER BY d.updated_at
-                LIMIT purge_done.batch_size
-                  FOR UPDATE SKIP LOCKED))
-       AND w.status = 'done';
-    GET DIAGNOSTICS n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = ANY (ARRAY(
+                   SELECT d.workqueue_id
+                     FROM pepsi.workqueue AS d
+                    WHERE d.status = 'done' AND d.updated_at < now() - purge_done.retention
+                    ORDER BY d.updated_at
+                    LIMIT purge_done.batch_size
+                      FOR UPDATE SKIP LOCKED))
+           AND w.status = 'done'
+        RETURNING w.workqueue_id
+    )
+    SELECT array_agg(g.workqueue_id) INTO gone_ids FROM gone AS g;
+    n := coalesce(cardinality(gone_ids), 0);
+    IF n > 0 THEN  -- the history of a message goes with it (retried, then done)
+        DELETE FROM pepsi.attempts AS a WHERE a.workqueue_id = ANY (gone_ids);
+        DELETE FROM pepsi.tracebacks AS t WHERE t.workqueue_id = ANY (gone_ids);
+    END IF;
     RETURN n;
 END
 $$;
@@ -1557,7 +1614,7 @@ CREATE FUNCTION pepsi.queue_counts() RETURNS TABLE(stage text, status text, coun
 BEGIN
     RETURN QUERY
     SELECT w.stage, w.status, count(*)::bigint
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      GROUP BY w.stage, w.status
      ORDER BY w.stage, w.status;
 END
@@ -1599,7 +1656,7 @@ BEGIN
                    - now() AS next_due,
                count(*) FILTER (WHERE w.status = 'done'
                                   AND w.updated_at > now() - interval '60 s') AS done_1m
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          GROUP BY w.stage
     ), live_dispatchers AS (
         SELECT d.gauges -> 'workers' AS workers
@@ -1992,6 +2049,22 @@ DECLARE
     moved integer;
     batch record;
 BEGIN
+    -- Kept rows live in dead_letters (keep_dead_letters): the selected ones
+    -- come back into workqueue first, with their ids and status; a row that
+    -- then stays failed (its key taken) is moved out again by the next
+    -- keep_dead_letters.
+    WITH back AS (
+        DELETE FROM pepsi.dead_letters AS d
+         WHERE (requeue_failed.stage IS NULL OR d.stage = requeue_failed.stage)
+           AND (requeue_failed.ids IS NULL OR d.workqueue_id = ANY (requeue_failed.ids))
+        RETURNING d.workqueue_id, d.stage, d.status, d.payload, d.state, d.timeout, d.retries,
+                  d.created_at, d.updated_at, d.dispatcher_id, d.priority, d.dedupe_key
+    )
+    INSERT INTO pepsi.workqueue
+           (workqueue_id, stage, status, payload, state, timeout, retries, created_at,
+            updated_at, dispatcher_id, priority, dedupe_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT * FROM back;
     -- The rows without a key as one batch, then the lowest id of each key
     -- alone (a batch of one), so a key taken meanwhile costs only its row.
     FOR batch IN
@@ -2287,6 +2360,25 @@ CREATE TABLE pepsi.config (
     value text NOT NULL
 );
 
+CREATE TABLE pepsi.dead_letters (
+    workqueue_id bigint NOT NULL,
+    stage text NOT NULL,
+    status text NOT NULL,
+    payload jsonb NOT NULL,
+    state jsonb NOT NULL,
+    timeout timestamp with time zone,
+    retries integer NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    dispatcher_id bigint,
+    priority integer NOT NULL,
+    dedupe_key text,
+    kept_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT dead_letters_status_check CHECK ((status = ANY (ARRAY['failed'::text, 'timeout'::text, 'expired'::text])))
+);
+
+COMMENT ON TABLE pepsi.dead_letters IS 'kept failed, timeout and expired messages, moved out of workqueue (read pepsi.messages)';
+
 CREATE TABLE pepsi.dispatch_stats (
     id boolean DEFAULT true NOT NULL,
     stage_runs bigint DEFAULT 0 NOT NULL,
@@ -2318,6 +2410,58 @@ ALTER TABLE pepsi.dispatchers ALTER COLUMN dispatcher_id ADD GENERATED ALWAYS AS
     NO MAXVALUE
     CACHE 1
 );
+
+CREATE TABLE pepsi.workqueue (
+    workqueue_id bigint NOT NULL,
+    stage text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state jsonb DEFAULT '{}'::jsonb NOT NULL,
+    timeout timestamp with time zone,
+    retries integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    dispatcher_id bigint,
+    priority integer DEFAULT 0 NOT NULL,
+    dedupe_key text,
+    CONSTRAINT workqueue_paused_has_timeout CHECK (((status <> 'paused'::text) OR (timeout IS NOT NULL))),
+    CONSTRAINT workqueue_retries_not_negative CHECK ((retries >= 0)),
+    CONSTRAINT workqueue_running_iff_dispatcher CHECK (((status = 'running'::text) = (dispatcher_id IS NOT NULL))),
+    CONSTRAINT workqueue_stage_name CHECK ((stage ~ '^[A-Za-z0-9_.-]+$'::text)),
+    CONSTRAINT workqueue_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'paused'::text, 'done'::text, 'failed'::text, 'timeout'::text, 'expired'::text])))
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02');
+
+CREATE VIEW pepsi.messages AS
+ SELECT w.workqueue_id,
+    w.stage,
+    w.status,
+    w.payload,
+    w.state,
+    w.timeout,
+    w.retries,
+    w.created_at,
+    w.updated_at,
+    w.dispatcher_id,
+    w.priority,
+    w.dedupe_key
+   FROM pepsi.workqueue w
+UNION ALL
+ SELECT d.workqueue_id,
+    d.stage,
+    d.status,
+    d.payload,
+    d.state,
+    d.timeout,
+    d.retries,
+    d.created_at,
+    d.updated_at,
+    d.dispatcher_id,
+    d.priority,
+    d.dedupe_key
+   FROM pepsi.dead_letters d;
+
+COMMENT ON VIEW pepsi.messages IS 'every message: pepsi.workqueue and pepsi.dead_letters';
 
 CREATE TABLE pepsi.schedule_ticks (
     name text NOT NULL,
@@ -2367,27 +2511,6 @@ CREATE TABLE pepsi.tracebacks (
     noted_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE pepsi.workqueue (
-    workqueue_id bigint NOT NULL,
-    stage text NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    state jsonb DEFAULT '{}'::jsonb NOT NULL,
-    timeout timestamp with time zone,
-    retries integer DEFAULT 0 NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    dispatcher_id bigint,
-    priority integer DEFAULT 0 NOT NULL,
-    dedupe_key text,
-    CONSTRAINT workqueue_paused_has_timeout CHECK (((status <> 'paused'::text) OR (timeout IS NOT NULL))),
-    CONSTRAINT workqueue_retries_not_negative CHECK ((retries >= 0)),
-    CONSTRAINT workqueue_running_iff_dispatcher CHECK (((status = 'running'::text) = (dispatcher_id IS NOT NULL))),
-    CONSTRAINT workqueue_stage_name CHECK ((stage ~ '^[A-Za-z0-9_.-]+$'::text)),
-    CONSTRAINT workqueue_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'paused'::text, 'done'::text, 'failed'::text, 'timeout'::text, 'expired'::text])))
-)
-WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02');
-
 ALTER TABLE pepsi.workqueue ALTER COLUMN workqueue_id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pepsi.workqueue_workqueue_id_seq
     START WITH 1
@@ -2402,6 +2525,9 @@ ALTER TABLE ONLY pepsi.attempts
 
 ALTER TABLE ONLY pepsi.config
     ADD CONSTRAINT config_pkey PRIMARY KEY (section, option);
+
+ALTER TABLE ONLY pepsi.dead_letters
+    ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (workqueue_id);
 
 ALTER TABLE ONLY pepsi.dispatch_stats
     ADD CONSTRAINT dispatch_stats_pkey PRIMARY KEY (id);
@@ -2424,6 +2550,8 @@ ALTER TABLE ONLY pepsi.tracebacks
 ALTER TABLE ONLY pepsi.workqueue
     ADD CONSTRAINT workqueue_pkey PRIMARY KEY (workqueue_id);
 
+CREATE INDEX dead_letters_stage_idx ON pepsi.dead_letters USING btree (stage, workqueue_id);
+
 CREATE UNIQUE INDEX workqueue_dedupe_idx ON pepsi.workqueue USING btree (dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text, 'paused'::text])));
 
 CREATE INDEX workqueue_done_idx ON pepsi.workqueue USING btree (updated_at) WHERE (status = 'done'::text);
@@ -2443,12 +2571,6 @@ CREATE TRIGGER config_notify_truncate AFTER TRUNCATE ON pepsi.config FOR EACH ST
 CREATE TRIGGER workqueue_attempts AFTER UPDATE OF status ON pepsi.workqueue FOR EACH ROW WHEN ((((old.status = 'running'::text) AND (new.status <> ALL (ARRAY['running'::text, 'done'::text])) AND (NOT ((new.status = 'pending'::text) AND (new.stage <> old.stage)))) OR ((old.status = ANY (ARRAY['pending'::text, 'paused'::text])) AND (new.status = ANY (ARRAY['failed'::text, 'timeout'::text, 'expired'::text]))))) EXECUTE FUNCTION pepsi._record_attempt();
 
 CREATE TRIGGER workqueue_notify_insert AFTER INSERT ON pepsi.workqueue FOR EACH STATEMENT EXECUTE FUNCTION pepsi._notify_workqueue();
-
-ALTER TABLE ONLY pepsi.attempts
-    ADD CONSTRAINT attempts_workqueue_id_fkey FOREIGN KEY (workqueue_id) REFERENCES pepsi.workqueue(workqueue_id) ON DELETE CASCADE;
-
-ALTER TABLE ONLY pepsi.tracebacks
-    ADD CONSTRAINT tracebacks_workqueue_id_fkey FOREIGN KEY (workqueue_id) REFERENCES pepsi.workqueue(workqueue_id) ON DELETE CASCADE;
 
 GRANT USAGE ON SCHEMA pepsi TO pepsi_operator;
 GRANT USAGE ON SCHEMA pepsi TO pepsi_dispatcher;
@@ -2579,6 +2701,9 @@ GRANT ALL ON FUNCTION pepsi.held_ids(dispatcher_id bigint) TO pepsi_dispatcher;
 REVOKE ALL ON FUNCTION pepsi.hop(id bigint, from_stage text, to_stage text, dispatcher_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.hop(id bigint, from_stage text, to_stage text, dispatcher_id bigint) TO pepsi_stage;
 
+REVOKE ALL ON FUNCTION pepsi.keep_dead_letters(batch_size integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.keep_dead_letters(batch_size integer) TO pepsi_dispatcher;
+
 REVOKE ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) TO pepsi_operator;
@@ -2691,11 +2816,20 @@ GRANT SELECT ON TABLE pepsi.attempts TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.config TO pepsi_dispatcher;
 
+GRANT SELECT ON TABLE pepsi.dead_letters TO pepsi_dispatcher;
+GRANT SELECT ON TABLE pepsi.dead_letters TO pepsi_operator;
+
 GRANT SELECT ON TABLE pepsi.dispatch_stats TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.dispatch_stats TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.dispatchers TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.dispatchers TO pepsi_operator;
+
+GRANT SELECT ON TABLE pepsi.workqueue TO pepsi_dispatcher;
+GRANT SELECT ON TABLE pepsi.workqueue TO pepsi_operator;
+
+GRANT SELECT ON TABLE pepsi.messages TO pepsi_dispatcher;
+GRANT SELECT ON TABLE pepsi.messages TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.schedule_ticks TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.schedule_ticks TO pepsi_operator;
@@ -2707,6 +2841,3 @@ GRANT SELECT ON TABLE pepsi.stages TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.stages TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.tracebacks TO pepsi_dispatcher;
-
-GRANT SELECT ON TABLE pepsi.workqueue TO pepsi_dispatcher;
-GRANT SELECT ON TABLE pepsi.workqueue TO pepsi_operator;

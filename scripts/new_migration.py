@@ -109,8 +109,11 @@ def _upgrade_lines(changes: list[Change]) -> list[str]:
 
 
 def _downgrade_lines(changes: list[Change]) -> list[str]:
+    """Functions back first (reversed), then schema scripts, grants last: the
+    previous grants name the previous functions, so they run once those exist."""
     lines = []
-    for c in reversed(_ordered(changes)):
+    undo = sorted(reversed(changes), key=lambda c: (c.kind != "functions", c.name == "grants"))
+    for c in undo:
         if c.old:
             call = "install" if c.kind == "functions" else "run"
             lines.append(f'{call}(op, "{c.name}", {c.old})')

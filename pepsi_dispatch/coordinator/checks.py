@@ -45,6 +45,7 @@ DISPATCHER_FUNCTIONS = (
     "check_answered",
     "flush_stats",
     "purge_done",
+    "keep_dead_letters",
     "stage_config",
     "register_stages",
     "dispatcher_registered",

@@ -54,7 +54,7 @@ from pepsi_dispatch.errors import FatalError
 
 log = logging.getLogger(__name__)
 
-#: Retention: done rows deleted per purge_done call and calls per heartbeat.
+#: Retention and dead letters: rows per purge_done / keep_dead_letters call, calls per heartbeat.
 PURGE_BATCH = 1000
 PURGE_MAX_BATCHES = 20
 LONGEST_WAIT = 86400.0  # epoll takes no wait over ~24.8 days
@@ -182,6 +182,7 @@ class Dispatcher:
                 lambda: self.stages_unregistered and serving(),
             ),
             Every("orphan reset", interval, self._reset_orphans, lambda: competing and serving()),
+            Every("dead letters", interval, self._keep_dead_letters, serving),
             Every("purge", interval, self._purge, lambda: retention > 0 and serving()),
         ]
 
@@ -403,6 +404,17 @@ class Dispatcher:
         n = self.db.reset_orphans(self.dispatcher_id, self.dispatch_config.orphan_timeout)
         if n:
             log.info("reset %d orphaned running row(s) of dead replicas to pending", n)
+
+    def _keep_dead_letters(self, now: float) -> None:
+        """Kept failed rows leave the hot table (docs/INTERNALS.md, "Table sizes")."""
+        moved = 0
+        for _ in range(PURGE_MAX_BATCHES):
+            n = self.db.keep_dead_letters(PURGE_BATCH)
+            moved += n
+            if n < PURGE_BATCH:
+                break
+        if moved:
+            log.debug("moved %d kept failed row(s) to pepsi.dead_letters", moved)
 
     def _purge(self, now: float) -> None:
         """RETENTION: done rows older than it are deleted, in small batches."""

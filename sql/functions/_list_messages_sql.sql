@@ -37,7 +37,7 @@ BEGIN
       || ' CASE WHEN w.status = ''paused'' THEN w.timeout END,'
       || ' coalesce(w.state ->> ''dispatch_error'', w.state ->> ''error'','
       || ' CASE WHEN w.status = ''paused'' THEN w.state ->> ''pause_reason'' END),'
-      || ' w.payload FROM pepsi.workqueue AS w WHERE true';
+      || ' w.payload FROM pepsi.messages AS w WHERE true';
     IF cardinality(_list_messages_sql.statuses) = 1 THEN
         q := q || format(' AND w.status = %L', _list_messages_sql.statuses[1]);
     ELSIF cardinality(_list_messages_sql.statuses) > 1 THEN

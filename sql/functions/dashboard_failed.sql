@@ -19,7 +19,7 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT w.workqueue_id, w.stage, w.status, w.retries, r.reason, w.created_at, w.updated_at
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      CROSS JOIN LATERAL (SELECT coalesce(w.state ->> 'dispatch_error', w.state ->> 'error',
                                          w.status) AS reason) AS r
      WHERE w.status IN ('failed', 'timeout', 'expired')

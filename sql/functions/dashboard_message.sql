@@ -13,7 +13,7 @@ BEGIN
     RETURN (SELECT to_jsonb(w) || jsonb_build_object(
                        'age_seconds', extract(epoch FROM now() - w.created_at),
                        'idle_seconds', extract(epoch FROM now() - w.updated_at))
-              FROM pepsi.workqueue AS w
+              FROM pepsi.messages AS w
              WHERE w.workqueue_id = dashboard_message.id);
 END
 $$;

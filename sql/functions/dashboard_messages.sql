@@ -66,7 +66,7 @@ BEGIN
                     w.state ->> 'pause_reason'),
            left(w.payload::text, 200),
            w.created_at, w.updated_at
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      WHERE (dashboard_messages.in_status IS NULL OR w.status = dashboard_messages.in_status)
        AND (dashboard_messages.in_stage IS NULL OR w.stage = dashboard_messages.in_stage)
        AND (dashboard_messages.older_than IS NULL

@@ -84,7 +84,7 @@ BEGIN
         SELECT w.stage, w.status, count(*) AS n,
                min(w.updated_at) AS oldest,
                count(*) FILTER (WHERE w.status = 'paused' AND w.timeout <= now()) AS due
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          GROUP BY w.stage, w.status
     ), names AS (
         SELECT r.stage FROM rows_by AS r UNION SELECT s.stage FROM pepsi.stages AS s
@@ -100,7 +100,7 @@ BEGIN
         SELECT w.stage,
                coalesce(w.state ->> 'dispatch_error', w.state ->> 'error', w.status) AS reason,
                count(*) AS n, max(w.workqueue_id) AS newest_id
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          WHERE w.status IN ('failed', 'timeout', 'expired')
          GROUP BY 1, 2
     ), f AS (

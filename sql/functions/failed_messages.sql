@@ -27,7 +27,7 @@ BEGIN
            pepsi._normalise_reason(f.raw)
       FROM (SELECT w.workqueue_id, w.stage, w.status, w.retries, w.updated_at, w.payload,
                    coalesce(w.state ->> 'dispatch_error', w.state ->> 'error', w.status) AS raw
-              FROM pepsi.workqueue AS w
+              FROM pepsi.messages AS w
              WHERE w.status IN ('failed', 'timeout', 'expired')
                AND (failed_messages.in_stage IS NULL OR w.stage = failed_messages.in_stage)) AS f
      WHERE failed_messages.in_reason IS NULL

@@ -35,7 +35,7 @@ BEGIN
                  GROUP BY x.raw ORDER BY min(x.n) LIMIT 3) AS e)
       FROM (SELECT w.stage, w.status, w.workqueue_id, w.updated_at, r.raw,
                    pepsi._normalise_reason(r.raw) AS pattern
-              FROM pepsi.workqueue AS w
+              FROM pepsi.messages AS w
              CROSS JOIN LATERAL (SELECT coalesce(w.state ->> 'dispatch_error',
                                                  w.state ->> 'error', w.status) AS raw) AS r
              WHERE w.status IN ('failed', 'timeout', 'expired')

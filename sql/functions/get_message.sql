@@ -13,7 +13,7 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      WHERE w.workqueue_id = get_message.id;
 END
 $$;

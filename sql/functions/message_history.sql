@@ -26,7 +26,7 @@ DECLARE
     w pepsi.workqueue%ROWTYPE;
     last_stage text;
 BEGIN
-    SELECT * INTO w FROM pepsi.workqueue AS q WHERE q.workqueue_id = message_history.id;
+    SELECT * INTO w FROM pepsi.messages AS q WHERE q.workqueue_id = message_history.id;
     IF NOT FOUND THEN
         RETURN;
     END IF;

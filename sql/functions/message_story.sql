@@ -55,7 +55,7 @@ BEGIN
            CASE WHEN w.status = 'paused' AND isfinite(w.timeout) THEN w.timeout - now() END,
            s.stage IS NOT NULL,
            w.priority, w.dedupe_key
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
       LEFT JOIN pepsi.stages AS s ON s.stage = w.stage
      WHERE w.workqueue_id = message_story.id;
 END

@@ -73,7 +73,7 @@ BEGIN
         SELECT string_agg(format(E'pepsi_queue_depth{stage="%s",status="%s"} %s\n',
                                  q.stage, q.status, q.n), '' ORDER BY q.stage, q.status)
           FROM (WITH r AS (SELECT w.stage, w.status, count(*) AS n  -- one scan
-                             FROM pepsi.workqueue AS w
+                             FROM pepsi.messages AS w
                             GROUP BY w.stage, w.status)
                 SELECT n.stage, st.status, coalesce(r.n, 0) AS n
                   FROM (SELECT r.stage FROM r UNION SELECT s.stage FROM pepsi.stages AS s) AS n

@@ -5,7 +5,10 @@
 --   stage when given, last updated longer than older_than ago when given.
 --   Pending, running and paused rows are never deleted.  Returns the count.
 --   dry_run: deletes nothing and returns how many rows would be deleted.
---   Writes: pepsi.workqueue (not with dry_run).  Locks: the rows deleted.
+--   Rows kept in pepsi.dead_letters are purged too, and every purged row's
+--   history (pepsi.attempts, pepsi.tracebacks) with it.
+--   Writes: pepsi.workqueue, pepsi.dead_letters, pepsi.attempts,
+--   pepsi.tracebacks (not with dry_run).  Locks: the rows deleted.
 --   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
 --
 -- Why v2 (migration 0009): dry_run, for pepsi-queue purge --dry-run (and a
@@ -20,6 +23,7 @@ SET search_path = pepsi, pg_catalog, pg_temp
 AS $$
 DECLARE
     n bigint;
+    gone_ids bigint[];
 BEGIN
     IF purge.statuses IS NULL OR cardinality(purge.statuses) = 0
        OR NOT purge.statuses <@ ARRAY['done', 'failed', 'timeout', 'expired'] THEN
@@ -29,17 +33,33 @@ BEGIN
     END IF;
     IF coalesce(purge.dry_run, false) THEN
         SELECT count(*) INTO n
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          WHERE w.status = ANY (purge.statuses)
            AND (purge.stage IS NULL OR w.stage = purge.stage)
            AND (purge.older_than IS NULL OR w.updated_at < now() - purge.older_than);
         RETURN n;
     END IF;
-    DELETE FROM pepsi.workqueue AS w
-     WHERE w.status = ANY (purge.statuses)
-       AND (purge.stage IS NULL OR w.stage = purge.stage)
-       AND (purge.older_than IS NULL OR w.updated_at < now() - purge.older_than);
-    GET DIAGNOSTICS n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM pepsi.workqueue AS w
+         WHERE w.status = ANY (purge.statuses)
+           AND (purge.stage IS NULL OR w.stage = purge.stage)
+           AND (purge.older_than IS NULL OR w.updated_at < now() - purge.older_than)
+        RETURNING w.workqueue_id
+    ), kept_gone AS (
+        DELETE FROM pepsi.dead_letters AS d
+         WHERE d.status = ANY (purge.statuses)
+           AND (purge.stage IS NULL OR d.stage = purge.stage)
+           AND (purge.older_than IS NULL OR d.updated_at < now() - purge.older_than)
+        RETURNING d.workqueue_id
+    )
+    SELECT array_agg(x.workqueue_id) INTO gone_ids
+      FROM (SELECT g.workqueue_id FROM gone AS g
+            UNION ALL SELECT k.workqueue_id FROM kept_gone AS k) AS x;
+    n := coalesce(cardinality(gone_ids), 0);
+    IF n > 0 THEN
+        DELETE FROM pepsi.attempts AS a WHERE a.workqueue_id = ANY (gone_ids);
+        DELETE FROM pepsi.tracebacks AS t WHERE t.workqueue_id = ANY (gone_ids);
+    END IF;
     RETURN n;
 END
 $$;

@@ -11,7 +11,7 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT w.stage, w.status, count(*)::bigint
-      FROM pepsi.workqueue AS w
+      FROM pepsi.messages AS w
      GROUP BY w.stage, w.status
      ORDER BY w.stage, w.status;
 END

@@ -69,7 +69,7 @@ BEGIN
                    - now() AS next_due,
                count(*) FILTER (WHERE w.status = 'done'
                                   AND w.updated_at > now() - interval '60 s') AS done_1m
-          FROM pepsi.workqueue AS w
+          FROM pepsi.messages AS w
          GROUP BY w.stage
     ), live_dispatchers AS (
         SELECT d.gauges -> 'workers' AS workers

@@ -16,7 +16,10 @@
 --   rows with a key move one at a time, each in a subtransaction that turns
 --   the unique violation into "not moved", so the requeue never raises 23505
 --   and the other rows still move.
---   Writes: pepsi.workqueue.  Reads: workqueue_failed_idx.
+--   Kept rows are found in pepsi.dead_letters too and come back into
+--   pepsi.workqueue with their ids.
+--   Writes: pepsi.workqueue, pepsi.dead_letters.  Reads: workqueue_failed_idx,
+--   dead_letters_stage_idx.
 --   Locks: the rows requeued.  Waits on a producer's open transaction that
 --   inserted one of the keys (the unique index), only for that row.
 --   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
@@ -37,6 +40,22 @@ DECLARE
     moved integer;
     batch record;
 BEGIN
+    -- Kept rows live in dead_letters (keep_dead_letters): the selected ones
+    -- come back into workqueue first, with their ids and status; a row that
+    -- then stays failed (its key taken) is moved out again by the next
+    -- keep_dead_letters.
+    WITH back AS (
+        DELETE FROM pepsi.dead_letters AS d
+         WHERE (requeue_failed.stage IS NULL OR d.stage = requeue_failed.stage)
+           AND (requeue_failed.ids IS NULL OR d.workqueue_id = ANY (requeue_failed.ids))
+        RETURNING d.workqueue_id, d.stage, d.status, d.payload, d.state, d.timeout, d.retries,
+                  d.created_at, d.updated_at, d.dispatcher_id, d.priority, d.dedupe_key
+    )
+    INSERT INTO pepsi.workqueue
+           (workqueue_id, stage, status, payload, state, timeout, retries, created_at,
+            updated_at, dispatcher_id, priority, dedupe_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT * FROM back;
     -- The rows without a key as one batch, then the lowest id of each key
     -- alone (a batch of one), so a key taken meanwhile costs only its row.
     FOR batch IN

@@ -102,6 +102,7 @@ GRANT EXECUTE ON FUNCTION
     pepsi.flush_stats(text[], bigint[], bigint[], bigint[], bigint[], double precision[],
                       bigint, bigint, bigint, bigint),
     pepsi.purge_done(interval, integer),
+    pepsi.keep_dead_letters(integer),
     pepsi.register_schedules(text[], text[], text[], timestamptz[]),
     pepsi.fire_schedule(text, timestamptz[], text, jsonb, integer, text, timestamptz)
 TO pepsi_dispatcher;
@@ -150,5 +151,6 @@ GRANT SELECT ON ALL TABLES IN SCHEMA pepsi TO pepsi_dispatcher;
 -- configuration overlay (pepsi.config may hold a WORKER_DSN's password; so
 -- no stage_config() either).
 GRANT SELECT ON pepsi.workqueue, pepsi.attempts, pepsi.stage_stats, pepsi.dispatch_stats,
-                pepsi.dispatchers, pepsi.stages, pepsi.schedule_ticks
+                pepsi.dispatchers, pepsi.stages, pepsi.schedule_ticks,
+                pepsi.dead_letters, pepsi.messages
 TO pepsi_operator;

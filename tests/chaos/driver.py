@@ -679,7 +679,7 @@ QUEUE_LIMIT = 2
     def queue_counts(self) -> dict[str, int]:
         rows = self.admin_retry(
             lambda c: c.execute(
-                "SELECT status, count(*) FROM pepsi.workqueue GROUP BY status"
+                "SELECT status, count(*) FROM pepsi.messages GROUP BY status"
             ).fetchall()
         )
         return {s: n for s, n in rows}
@@ -852,7 +852,7 @@ QUEUE_LIMIT = 2
             for i, s, st, to, d in self.admin_retry(
                 lambda c: c.execute(
                     "SELECT workqueue_id, stage, status, extract(epoch FROM timeout)::float8,"
-                    " dispatcher_id FROM pepsi.workqueue"
+                    " dispatcher_id FROM pepsi.messages"
                 ).fetchall()
             )
         ]
@@ -908,7 +908,7 @@ QUEUE_LIMIT = 2
         reasons = self.admin_retry(
             lambda c: c.execute(
                 "SELECT regexp_replace(left(coalesce(state->>'dispatch_error', state->>'error',"
-                " '?'), 60), '[0-9]+', 'N', 'g'), count(*) FROM pepsi.workqueue"
+                " '?'), 60), '[0-9]+', 'N', 'g'), count(*) FROM pepsi.messages"
                 " WHERE status <> 'done' GROUP BY 1 ORDER BY 2 DESC"
             ).fetchall()
         )

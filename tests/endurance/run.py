@@ -3,22 +3,27 @@
     python tests/endurance/run.py [--minutes M] [--warmup W] [--window S] [--sample S]
                                   [--rate R] [--keep]
 
-Environment: ``ENDURANCE_MINUTES`` (default 30), ``ENDURANCE_WARMUP`` (minutes
-ignored by the flatness bounds, default 5), ``ENDURANCE_WINDOW`` (latency
-window, seconds, default 300), ``ENDURANCE_SAMPLE`` (seconds between samples,
+Environment: ``ENDURANCE_MINUTES`` (default 30; 120 is the long mode),
+``ENDURANCE_WARMUP`` (minutes ignored by the flatness bounds, default 5, 15
+for runs of an hour or more), ``ENDURANCE_WINDOW`` (latency
+window, seconds, default 60), ``ENDURANCE_SAMPLE`` (seconds between samples,
 default 60), ``ENDURANCE_RATE`` (messages/s; default: half the measured
 capacity).
 
 What runs: a throwaway PostgreSQL cluster (pepsi_dispatch.devtools.embedded,
 durable settings), one dispatcher at shipped settings except RETENTION = 1 min
-(so purge runs), a 3-stage SDK pipeline (tests/endurance/stage.py) with
+(so purge runs; short runs set ``--retention`` and ``--poll``, POLL_INTERVAL),
+a 3-stage SDK pipeline (tests/endurance/stage.py) with
 failures, stage pauses, automatic retries (RETRY_DELAY at ``a``) and delayed
 messages in the load, and pepsi-httpd scraped every 5 s. First a calibration
 drain measures capacity; then the load runs for the duration.
 
 Sampled each ``--sample``: RSS and open fds of the dispatcher, of its workers
 (per worker) and of pepsi-httpd; dead tuples, table and index size of
-pepsi.workqueue. Per window: enqueue->start p50/p99 (first run at ``a``).
+pepsi.workqueue; the size of every pepsi table and index (written to
+``sizes.csv`` in the work directory) and the rows kept in pepsi.dead_letters.
+Failed messages are kept (never purged), done ones purged at RETENTION.
+Per window: enqueue->start p50/p99 (first run at ``a``).
 At the end the load stops, the queue drains, and every message is accounted
 for: present and terminal as its kind says, or finished by ``c`` and purged.
 
@@ -29,6 +34,9 @@ Bounds (exit 1 when one breaks, after the table):
     first post-warm-up window's (+20 ms), its p99 at most 2 x (+50 ms);
   * workqueue size (table + indexes) at the end at most 1.5 x its largest
     sample at the end of the warm-up (+1 MB), dead tuples at most 2 x (+5,000);
+  * every pepsi table and index at the end at most 1.3 x its largest size
+    during the warm-up (+64 kB); pepsi.dead_letters and its indexes, which
+    grow with the failed rows kept, at most 1.3 x their bytes per kept row;
   * every /metrics scrape answered 200; every message accounted for.
 """
 
@@ -130,7 +138,8 @@ class Run:
         program = f"{VENV_BIN / 'python'} {HERE / 'stage.py'}"
         self.conf = self.tmp / "pepsi.conf"
         self.conf.write_text(
-            "[pepsi-dispatch]\nSERVICE_USER = root\nRETENTION = 1 min\n\n"
+            "[pepsi-dispatch]\nSERVICE_USER = root\n"
+            f"RETENTION = {self.args.retention:g} s\nPOLL_INTERVAL = {self.args.poll:g} s\n\n"
             f"[stage-a]\nPROGRAM = {program}\nNEXT = b\nRETRY_DELAY = 1 s\n"
             "RETRY_DELAY_MAX = 5 s\nMAX_RETRIES = 3\n\n"
             f"[stage-b]\nPROGRAM = {program}\nNEXT = c\n\n"
@@ -238,7 +247,17 @@ class Run:
             " pg_indexes_size('pepsi.workqueue') FROM pg_stat_user_tables"
             " WHERE schemaname = 'pepsi' AND relname = 'workqueue'"
         ).fetchone()
+        rels = dict(
+            self.conn.execute(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class AS c"
+                " WHERE c.relnamespace = 'pepsi'::regnamespace AND c.relkind IN ('r', 'i')"
+            ).fetchall()
+        )
+        kept = self.conn.execute("SELECT count(*) FROM pepsi.dead_letters").fetchone()[0]
+        self._write_sizes(t, rels, kept)
         return {
+            "rels": rels,
+            "kept": kept,
             "t": t,
             "disp_rss": proc_rss_kb(dpid),
             "disp_fds": proc_fds(dpid),
@@ -252,6 +271,15 @@ class Run:
             "table_kb": row[2] // 1024,
             "index_kb": row[3] // 1024,
         }
+
+    def _write_sizes(self, t: float, rels: dict[str, int], kept: int) -> None:
+        """One CSV line per sample: minute, kept rows, every relation's bytes."""
+        path = self.tmp / "sizes.csv"
+        names = sorted(rels)
+        if not path.exists():
+            path.write_text(",".join(["minute", "dead_letters_rows", *names]) + "\n")
+        with path.open("a") as f:
+            f.write(",".join([f"{t / 60:.1f}", str(kept), *(str(rels[n]) for n in names)]) + "\n")
 
     def latencies(self) -> dict[int, float]:
         """id -> enqueue->start seconds of every first run at ``a`` so far."""
@@ -272,11 +300,13 @@ class Run:
             flush=True,
         )
         self.setup()
-        capacity = self.calibrate()
-        rate = a.rate or capacity / 2
-        print(
-            f"capacity {capacity:.0f} msg/s (3000-message drain); load {rate:.0f} msg/s", flush=True
-        )
+        if a.rate:
+            rate = a.rate
+            print(f"load {rate:.0f} msg/s (ENDURANCE_RATE; no calibration)", flush=True)
+        else:
+            capacity = self.calibrate()
+            rate = capacity / 2
+            print(f"capacity {capacity:.0f} msg/s (3000-message drain); load {rate:.0f} msg/s")
         calibration_ids = set(self.enqueued)
         loader = threading.Thread(target=self.load, args=(rate,), daemon=True)
         scraper = threading.Thread(target=self.scrape, daemon=True)
@@ -328,9 +358,7 @@ class Run:
         for f in self.logdir.glob("done-*.txt"):
             for line in f.read_text().split():
                 done_logged[int(line)] = done_logged.get(int(line), 0) + 1
-        rows = dict(
-            self.conn.execute("SELECT workqueue_id, status FROM pepsi.workqueue").fetchall()
-        )
+        rows = dict(self.conn.execute("SELECT workqueue_id, status FROM pepsi.messages").fetchall())
         bad = []
         for i, kind in self.enqueued.items():
             status = rows.get(i)
@@ -423,6 +451,7 @@ class Run:
                     final["dead"] <= 2 * dead0 + 5000,
                 )
             )
+        verdicts += self.relation_bounds(warm, steady, final)
         verdicts.append(
             (
                 f"/metrics scrapes: {self.scrapes[0]} answered 200, {self.scrapes[1]} not",
@@ -435,6 +464,33 @@ class Run:
         for text, ok in verdicts:
             print(f"  {'ok  ' if ok else 'FAIL'} {text}")
         return verdicts
+
+    def relation_bounds(
+        self, warm: list[dict], steady: list[dict], final: dict
+    ) -> list[tuple[str, bool]]:
+        """Every pepsi table and index after the warm-up: at most 30 % over its largest
+        size during the warm-up (+64 kB for the tiny ones); dead_letters and its
+        indexes grow with the rows kept, so per kept row."""
+        print(f"\nrelation sizes (kB; every sample in {self.tmp / 'sizes.csv'}):")
+        print(f"{'relation':<34} {'warm-up max':>12} {'end':>10} {'growth':>8}")
+        out = []
+        for name in sorted(final["rels"]):
+            before = max(s["rels"].get(name, 0) for s in warm)
+            after = final["rels"][name]
+            if name.startswith("dead_letters"):
+                # Per kept row, from the first sample that had kept rows moved.
+                ref = next((s for s in [*warm, *steady] if s["kept"]), final)
+                per0 = ref["rels"].get(name, 0) / max(1, ref["kept"])
+                per1 = after / max(1, final["kept"])
+                ok = per1 <= 1.3 * per0 + 64
+                text = f"{name}: {per0:.0f} -> {per1:.0f} bytes per kept row"
+            else:
+                ok = after <= 1.3 * before + 64 * 1024
+                text = f"{name}: {before // 1024} -> {after // 1024} kB"
+            growth = (after - before) / before * 100 if before else 0.0
+            print(f"{name:<34} {before // 1024:>12} {after // 1024:>10} {growth:>7.0f}%")
+            out.append((f"size settles (<= +30 % after the warm-up) {text}", ok))
+        return out
 
     def shutdown(self) -> None:
         for p in reversed(self.procs):
@@ -452,11 +508,18 @@ class Run:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--minutes", type=float, default=env_float("ENDURANCE_MINUTES", 30))
-    p.add_argument("--warmup", type=float, default=env_float("ENDURANCE_WARMUP", 5))
-    p.add_argument("--window", type=float, default=env_float("ENDURANCE_WINDOW", 300))
+    minutes = env_float("ENDURANCE_MINUTES", 30)
+    p.add_argument("--minutes", type=float, default=minutes)
+    p.add_argument(
+        "--warmup", type=float, default=env_float("ENDURANCE_WARMUP", 15 if minutes >= 60 else 5)
+    )
+    p.add_argument("--window", type=float, default=env_float("ENDURANCE_WINDOW", 60))
     p.add_argument("--sample", type=float, default=env_float("ENDURANCE_SAMPLE", 60))
     p.add_argument("--rate", type=float, default=env_float("ENDURANCE_RATE", 0))
+    p.add_argument("--retention", type=float, default=60.0, help="RETENTION, seconds (60)")
+    p.add_argument(
+        "--poll", type=float, default=30.0, help="POLL_INTERVAL (the heartbeat), seconds (30)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     run = Run(p.parse_args())
     try:

@@ -122,17 +122,19 @@ SELECT results_eq(format('SELECT count(*)::int, min(attempt), max(attempt) FROM 
     $$VALUES (20, 6, 25)$$, '25 releases keep the last 20 attempts');
 SELECT pepsi.cancel(ARRAY[:b]::bigint[]);
 
--- note_traceback truncates; history goes with its message.
+-- note_traceback truncates; history goes with its message when it is purged.
 SELECT pepsi.enqueue('s') AS l \gset
 SELECT pg_temp.claim_one('s');
 SELECT pepsi.note_traceback(:l, 's', repeat('a', 3000) || repeat('z', 3000), 1);
 SELECT ok((SELECT length(traceback) <= 4010 AND traceback LIKE 'aaa%' AND traceback LIKE '%zzz'
              FROM pepsi.tracebacks WHERE workqueue_id = :l),
           'a long traceback keeps its head and its tail, about 4000 characters');
-DELETE FROM pepsi.workqueue WHERE workqueue_id IN (:b, :l);
-SELECT is((SELECT count(*)::int FROM pepsi.attempts WHERE workqueue_id = :b)
+UPDATE pepsi.workqueue SET status = 'failed', dispatcher_id = NULL WHERE workqueue_id = :l;
+SELECT pepsi.keep_dead_letters(10);  -- one of them kept in dead_letters: purged all the same
+SELECT pepsi.purge(ARRAY['failed'], 's');
+SELECT is((SELECT count(*)::int FROM pepsi.attempts WHERE workqueue_id IN (:b, :l))
           + (SELECT count(*)::int FROM pepsi.tracebacks WHERE workqueue_id = :l), 0,
-          'deleting a message deletes its history and its noted traceback');
+          'purging a message deletes its history and its noted traceback');
 SELECT is_empty('SELECT * FROM pepsi.message_history(-1)', 'message_history of an unknown id is empty');
 
 SELECT * FROM finish();

@@ -131,6 +131,7 @@ SQL_REQUEUE_DUE: Final = (
     " FROM pepsi.requeue_due(NULL, NULL, NULL, make_interval(secs => %s::float8))"
 )
 SQL_PURGE: Final = "SELECT pepsi.purge_done(make_interval(secs => %s::float8), %s::int)"
+SQL_KEEP_DEAD_LETTERS: Final = "SELECT pepsi.keep_dead_letters(%s::int)"
 SQL_FLUSH_STATS: Final = (
     "SELECT pepsi.flush_stats(%(stages)s::text[], %(processed)s::bigint[], %(failed)s::bigint[],"
     " %(timeouts)s::bigint[], %(crashes)s::bigint[], %(seconds)s::float8[],"
@@ -439,6 +440,11 @@ class Database:
     def purge_done(self, retention: float, batch: int) -> int:
         """``pepsi.purge_done``: one batch of old done rows deleted."""
         return int(self._scalar(SQL_PURGE, (retention, batch), "purge_done") or 0)
+
+    def keep_dead_letters(self, batch: int) -> int:
+        """``pepsi.keep_dead_letters``: one batch of kept failed rows moved out of
+        the hot table (into ``pepsi.dead_letters``)."""
+        return int(self._scalar(SQL_KEEP_DEAD_LETTERS, (batch,), "keep_dead_letters") or 0)
 
     def flush_stats(self, args: dict[str, Any]) -> None:
         """``pepsi.flush_stats`` with all deltas, one call."""

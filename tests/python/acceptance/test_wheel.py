@@ -246,7 +246,7 @@ def test_wheel_migrate_check_and_pipeline(
             while True:
                 counts = dict(
                     conn.execute(
-                        "SELECT status, count(*) FROM pepsi.workqueue GROUP BY status"
+                        "SELECT status, count(*) FROM pepsi.messages GROUP BY status"
                     ).fetchall()
                 )
                 if counts == {"done": n} or time.monotonic() > deadline:

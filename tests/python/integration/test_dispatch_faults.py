@@ -391,7 +391,7 @@ def test_a_row_paused_until_infinity_stops_nothing(h: Harness) -> None:
     assert [h.row(i)["status"] for i in fresh] == ["done"] * 3
     assert h.row(soon)["status"] == "done" and h.row(soon)["retries"] == 1
     status = h.conn.execute(
-        "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (parked,)
+        "SELECT status FROM pepsi.messages WHERE workqueue_id = %s", (parked,)
     ).fetchone()
     assert status == ("paused",)
     assert d.running()
@@ -691,7 +691,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
 
             def status(i: int) -> str:
                 return conn.execute(
-                    "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (i,)
+                    "SELECT status FROM pepsi.messages WHERE workqueue_id = %s", (i,)
                 ).fetchone()[0]
 
             assert status(x) == "pending"

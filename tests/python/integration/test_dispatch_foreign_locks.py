@@ -55,7 +55,7 @@ def elapsed_until_done(h: Harness, ids: list[int], timeout: float) -> float:
 
 def scheduled(h: Harness) -> int:
     """Messages a schedule enqueued."""
-    sql = "SELECT count(*) FROM pepsi.workqueue WHERE state ? 'scheduled_for'"
+    sql = "SELECT count(*) FROM pepsi.messages WHERE state ? 'scheduled_for'"
     return h.conn.execute(sql).fetchone()[0]
 
 
@@ -131,7 +131,7 @@ def test_requeue_failed_leaves_a_key_taken_meanwhile_and_requeues_the_rest(
     assert result["n"] == 2
     status = dict(
         conn.execute(
-            "SELECT workqueue_id, status FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+            "SELECT workqueue_id, status FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
             ([*ids, plain],),
         ).fetchall()
     )

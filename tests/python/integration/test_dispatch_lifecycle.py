@@ -19,7 +19,7 @@ from dispatch_harness import (  # noqa: F401
 
 def running_rows(h: Harness) -> int:
     return h.conn.execute(
-        "SELECT count(*) FROM pepsi.workqueue WHERE status = 'running'"
+        "SELECT count(*) FROM pepsi.messages WHERE status = 'running'"
     ).fetchone()[0]
 
 
@@ -116,7 +116,7 @@ def test_kill9_repeated_then_restart_finishes_everything(h: Harness) -> None:
     h.wait_all(timeout=120)
     assert h.counts() == {"done": n}
     rows = h.conn.execute(
-        "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s) AND stage = 'c'",
+        "SELECT count(*) FROM pepsi.messages WHERE workqueue_id = ANY(%s) AND stage = 'c'",
         (ids,),
     ).fetchone()[0]
     assert rows == n

@@ -62,7 +62,7 @@ def test_retention_purges_old_done_rows(h: Harness) -> None:
     wait_until(
         lambda: (
             h.conn.execute(
-                "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)", (done,)
+                "SELECT count(*) FROM pepsi.messages WHERE workqueue_id = ANY(%s)", (done,)
             ).fetchone()[0]
             == 0
         ),

@@ -20,7 +20,7 @@ def test_shell_worker_drives_two_stage_pipeline(h: Harness) -> None:
     counts = h.wait_all("done", timeout=60)
     assert counts == {"done": 25}
     rows = h.conn.execute(
-        "SELECT DISTINCT stage FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)", (ids,)
+        "SELECT DISTINCT stage FROM pepsi.messages WHERE workqueue_id = ANY(%s)", (ids,)
     ).fetchall()
     assert rows == [("b",)]
     assert d.running()
@@ -44,7 +44,7 @@ def test_capacity_bounds_sampled_under_load(h: Harness) -> None:
         workers = d.workers()
         running = dict(
             h.conn.execute(
-                "SELECT stage, count(*) FROM pepsi.workqueue WHERE status = 'running'"
+                "SELECT stage, count(*) FROM pepsi.messages WHERE status = 'running'"
                 " GROUP BY stage"
             ).fetchall()
         )

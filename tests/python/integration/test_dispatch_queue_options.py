@@ -102,7 +102,7 @@ def test_dedupe_key_across_a_two_stage_pipeline(h: Harness) -> None:
     assert ("a", "running") in seen and ("b", "paused") in seen, seen
     if extra is not None:
         h.wait_all("done", timeout=30)
-    n = h.conn.execute("SELECT count(*) FROM pepsi.workqueue WHERE dedupe_key = 'order-17'")
+    n = h.conn.execute("SELECT count(*) FROM pepsi.messages WHERE dedupe_key = 'order-17'")
     assert n.fetchone()[0] == 1 + (extra is not None)
     rc = queue_cli(h, "enqueue", "--key", "order-17", "--priority", "3", "a", '{"n": 2}')
     assert rc.returncode == 0, rc.stderr
@@ -118,7 +118,7 @@ def schedule_ticks(h: Harness, stage: str) -> list:
     return [
         r[0]
         for r in h.conn.execute(
-            "SELECT (state->>'scheduled_for')::timestamptz FROM pepsi.workqueue"
+            "SELECT (state->>'scheduled_for')::timestamptz FROM pepsi.messages"
             " WHERE stage = %s ORDER BY 1",
             (stage,),
         ).fetchall()
@@ -147,7 +147,7 @@ def test_every_second_with_two_competing_replicas_and_a_restart(h: Harness) -> N
     assert all(g == timedelta(seconds=1) for g in gaps), f"missing ticks: {ticks}"
     assert all(t.microsecond == 0 for t in ticks), ticks
     rows = h.conn.execute(
-        "SELECT payload, status FROM pepsi.workqueue WHERE stage = 't'"
+        "SELECT payload, status FROM pepsi.messages WHERE stage = 't'"
     ).fetchall()
     assert {r[0]["from"] for r in rows} == {"pulse"}
     record = h.conn.execute(

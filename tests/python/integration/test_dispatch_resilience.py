@@ -30,9 +30,9 @@ from pepsi_dispatch.devtools import embedded
 
 def running_rows(h: Harness, dispatcher_id: int | None = None) -> int:
     if dispatcher_id is None:
-        sql, args = "SELECT count(*) FROM pepsi.workqueue WHERE status = 'running'", ()
+        sql, args = "SELECT count(*) FROM pepsi.messages WHERE status = 'running'", ()
     else:
-        sql = "SELECT count(*) FROM pepsi.workqueue WHERE status = 'running' AND dispatcher_id = %s"
+        sql = "SELECT count(*) FROM pepsi.messages WHERE status = 'running' AND dispatcher_id = %s"
         args = (dispatcher_id,)
     return h.conn.execute(sql, args).fetchone()[0]
 
@@ -234,7 +234,7 @@ def test_competing_killed_replica_rows_reclaimed(h: Harness) -> None:
     )
     held = (
         h.conn.execute(
-            "SELECT array_agg(workqueue_id) FROM pepsi.workqueue"
+            "SELECT array_agg(workqueue_id) FROM pepsi.messages"
             " WHERE status = 'running' AND dispatcher_id = %s",
             (id1,),
         ).fetchone()[0]
@@ -321,7 +321,7 @@ def test_competing_stalled_replica_is_fenced(h: Harness) -> None:
     h.enqueue("a", [{"do": "sleep:0.5;next"} for _ in range(n)])
     wait_until(lambda: running_rows(h, id1) >= 2, 20, message="the first replica holds rows")
     held = h.conn.execute(
-        "SELECT array_agg(workqueue_id) FROM pepsi.workqueue"
+        "SELECT array_agg(workqueue_id) FROM pepsi.messages"
         " WHERE status = 'running' AND dispatcher_id = %s",
         (id1,),
     ).fetchone()[0]
@@ -330,7 +330,7 @@ def test_competing_stalled_replica_is_fenced(h: Harness) -> None:
         # the survivor takes them over after ORPHAN_TIMEOUT (3 s) and finishes them
         wait_until(
             lambda: h.conn.execute(
-                "SELECT bool_and(status = 'done') FROM pepsi.workqueue"
+                "SELECT bool_and(status = 'done') FROM pepsi.messages"
                 " WHERE workqueue_id = ANY(%s)",
                 (held,),
             ).fetchone()[0],

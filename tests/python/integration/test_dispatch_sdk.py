@@ -62,7 +62,7 @@ def test_sdk_pipeline_with_fusion_and_stats(h: Harness, group_commit: bool) -> N
     h.enqueue("a", [PLAIN] * n_plain + [FUSED] * n_fused)
     counts = h.wait_all(timeout=90)
     assert counts == {"done": n_plain + n_fused}, counts
-    stages = h.conn.execute("SELECT DISTINCT stage FROM pepsi.workqueue").fetchall()
+    stages = h.conn.execute("SELECT DISTINCT stage FROM pepsi.messages").fetchall()
     assert stages == [("c",)]
     n = n_plain + n_fused
     expected = {"messages": 3 * n_plain + 2 * n_fused, "stage_runs": 3 * n}

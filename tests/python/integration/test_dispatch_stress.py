@@ -12,7 +12,7 @@ from dispatch_harness import Harness, harness_fixture, pid_alive, wait_until  # 
 
 
 def running_rows(h: Harness, dispatcher_id: int | None = None) -> int:
-    sql = "SELECT count(*) FROM pepsi.workqueue WHERE status = 'running'"
+    sql = "SELECT count(*) FROM pepsi.messages WHERE status = 'running'"
     if dispatcher_id is not None:
         sql += f" AND dispatcher_id = {int(dispatcher_id)}"
     return h.conn.execute(sql).fetchone()[0]
@@ -106,7 +106,7 @@ def test_competing_replica_killed_mid_pipeline(h: Harness) -> None:
     assert counts == {"done": n}, counts
     assert h.overlaps() == []
     done_c = h.conn.execute(
-        "SELECT count(*) FROM pepsi.workqueue WHERE stage = 'c' AND workqueue_id = ANY(%s)",
+        "SELECT count(*) FROM pepsi.messages WHERE stage = 'c' AND workqueue_id = ANY(%s)",
         (ids,),
     ).fetchone()[0]
     assert done_c == n

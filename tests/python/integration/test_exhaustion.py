@@ -151,7 +151,7 @@ def test_workers_at_postgres_max_connections_lose_nothing(h: Harness, small_clus
 
         def all_done() -> bool:
             n = conn.execute(
-                "SELECT count(*) FROM pepsi.workqueue WHERE status = 'done'"
+                "SELECT count(*) FROM pepsi.messages WHERE status = 'done'"
                 " AND workqueue_id = ANY(%s)",
                 (ids,),
             ).fetchone()[0]
@@ -160,7 +160,7 @@ def test_workers_at_postgres_max_connections_lose_nothing(h: Harness, small_clus
         wait_until(all_done, 60, 0.2, lambda: "all done\n" + d.tail())
         assert d.running(), d.tail()
         statuses = conn.execute(
-            "SELECT status, count(*) FROM pepsi.workqueue GROUP BY 1"
+            "SELECT status, count(*) FROM pepsi.messages GROUP BY 1"
         ).fetchall()
     assert statuses == [("done", 60)], statuses
     assert "too many clients already" in d.log(), d.tail()
@@ -251,7 +251,7 @@ def test_postgres_wal_disk_full_stops_the_server_and_loses_nothing(h: Harness) -
             present = {
                 r[0]
                 for r in c.execute(
-                    "SELECT workqueue_id FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+                    "SELECT workqueue_id FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
                     (committed,),
                 ).fetchall()
             }
@@ -259,7 +259,7 @@ def test_postgres_wal_disk_full_stops_the_server_and_loses_nothing(h: Harness) -
 
             def done() -> bool:
                 n = c.execute(
-                    "SELECT count(*) FROM pepsi.workqueue WHERE status = 'done'"
+                    "SELECT count(*) FROM pepsi.messages WHERE status = 'done'"
                     " AND workqueue_id = ANY(%s)",
                     (committed,),
                 ).fetchone()[0]

@@ -96,7 +96,7 @@ def test_metrics_real_scrape_matches_database(h: Harness, httpds: list[Httpd]) -
             )
     depth = m["pepsi_queue_depth"]
     for stage, status, n in h.conn.execute(
-        "SELECT stage, status, count(*) FROM pepsi.workqueue GROUP BY 1, 2"
+        "SELECT stage, status, count(*) FROM pepsi.messages GROUP BY 1, 2"
     ).fetchall():
         assert depth[("pepsi_queue_depth", ("stage", stage), ("status", status))] == n
     assert (

@@ -113,7 +113,7 @@ def test_dashboard_in_chromium(h: Harness, browser: webdriver.Chrome, tmp_path: 
 def _db_counts(h: Harness) -> dict[tuple[str, str], int]:
     rows = h.conn.execute(
         "SELECT stage, CASE WHEN status IN ('failed', 'timeout', 'expired') THEN 'failed'"
-        " ELSE status END, count(*) FROM pepsi.workqueue GROUP BY 1, 2"
+        " ELSE status END, count(*) FROM pepsi.messages GROUP BY 1, 2"
     ).fetchall()
     return {(s, st): n for s, st, n in rows}
 
@@ -205,7 +205,7 @@ def _walk(h, d, srv: Httpd, browser, tmp_path: Path, failed: list[int]) -> None:
     assert 'Requeue the 3 message(s) of group "bad input n=<n>"' in accept_confirm(browser)
     wait_until(lambda: "3 of 3" in (text_of(browser, "#group-result") or ""), 10)
     assert h.conn.execute(
-        "SELECT count(*) FROM pepsi.workqueue WHERE state -> 'previous_error' ->> 'error'"
+        "SELECT count(*) FROM pepsi.messages WHERE state -> 'previous_error' ->> 'error'"
         " LIKE 'bad input n=%'"
     ).fetchone() == (3,)
     browser.save_screenshot(str(shots / "failures.png"))

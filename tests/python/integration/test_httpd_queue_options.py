@@ -42,7 +42,7 @@ def test_message_page_schedules_and_the_reschedule_action(h: Harness, httpds: li
     row = h.row(wid)
     assert row["status"] == "paused" and row["retries"] == 0
     due = h.conn.execute(
-        "SELECT timeout <= now() FROM pepsi.workqueue WHERE workqueue_id = %s", (wid,)
+        "SELECT timeout <= now() FROM pepsi.messages WHERE workqueue_id = %s", (wid,)
     )
     assert due.fetchone()[0]
 

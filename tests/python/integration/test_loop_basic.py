@@ -449,7 +449,7 @@ def program(*args: str) -> str:
 
 
 def counts(conn: psycopg.Connection) -> dict[str, int]:
-    rows = conn.execute("SELECT status, count(*) FROM pepsi.workqueue GROUP BY status").fetchall()
+    rows = conn.execute("SELECT status, count(*) FROM pepsi.messages GROUP BY status").fetchall()
     return {s: n for s, n in rows}
 
 
@@ -748,7 +748,7 @@ def test_stdout_flood_is_one_protocol_error(
     wait_for(
         lambda: (
             conn.execute(
-                "SELECT status, state->>'dispatch_error' FROM pepsi.workqueue"
+                "SELECT status, state->>'dispatch_error' FROM pepsi.messages"
                 " WHERE workqueue_id = %s",
                 (bad,),
             ).fetchone()
@@ -759,7 +759,7 @@ def test_stdout_flood_is_one_protocol_error(
     wait_for(
         lambda: (
             conn.execute(
-                "SELECT count(*) FROM pepsi.workqueue WHERE stage = 'ok' AND status = 'done'"
+                "SELECT count(*) FROM pepsi.messages WHERE stage = 'ok' AND status = 'done'"
             ).fetchone()[0]
             == 5
         ),
@@ -836,7 +836,7 @@ def test_crash_after_reading_still_fails_the_head(
     first, *_ = enqueue(conn, "a", 3)
     wait_for(lambda: counts(conn).get("failed") == 1, what="head failed")
     row = conn.execute(
-        "SELECT state->>'dispatch_error' FROM pepsi.workqueue WHERE workqueue_id = %s", (first,)
+        "SELECT state->>'dispatch_error' FROM pepsi.messages WHERE workqueue_id = %s", (first,)
     ).fetchone()
     assert row == ("worker exited with code 3",)
     assert d.stop() == 0
@@ -888,7 +888,7 @@ def test_a_paused_row_requeued_below_the_claim_floor_is_claimed_promptly(
 
     def status() -> str:
         return conn.execute(
-            "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (first,)
+            "SELECT status FROM pepsi.messages WHERE workqueue_id = %s", (first,)
         ).fetchone()[0]
 
     wait_for(lambda: status() == "paused", timeout=30, what="the first row paused")
@@ -955,7 +955,7 @@ def test_answer_checks_and_claim_in_one_statement(
         assert result.claimed == [(ids[2], "a"), (ids[3], "a")]
         status = dict(
             conn.execute(
-                "SELECT workqueue_id, status FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+                "SELECT workqueue_id, status FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
                 (ids,),
             ).fetchall()
         )

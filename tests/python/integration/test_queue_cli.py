@@ -50,7 +50,7 @@ def test_enqueue_arguments_stdin_and_empty(q, conn):
     assert rc == 0 and len(out.split()) == 2
     rc, out, _ = q("enqueue", "-q", "other")
     assert rc == 0 and out.strip() == "enqueued 1 message(s) at stage other"
-    payloads = conn.execute("SELECT payload FROM pepsi.workqueue ORDER BY workqueue_id").fetchall()
+    payloads = conn.execute("SELECT payload FROM pepsi.messages ORDER BY workqueue_id").fetchall()
     assert [p for (p,) in payloads] == [{"url": "a"}, {"list": [1, 2]}, {"n": 1}, {"n": 2}, {}]
     # Payloads are JSON objects (migration 0009): [1, 2] used to be accepted here.
     rc, out, err = q("enqueue", "fetch", "[1, 2]")
@@ -137,7 +137,7 @@ def test_requeue_by_stage_id_all(q, conn):
     rc, out, _ = q("requeue", "--all")
     assert out.strip() == "requeued 1 message(s)"
     rows = conn.execute(
-        "SELECT status, state->'previous_error'->>'error' FROM pepsi.workqueue"
+        "SELECT status, state->'previous_error'->>'error' FROM pepsi.messages"
         " WHERE workqueue_id = ANY(%s)",
         (a + b,),
     ).fetchall()
@@ -153,7 +153,7 @@ def test_purge_terminal_only(q, conn):
     assert out.strip() == "purged 0 message(s)"
     rc, out, _ = q("purge", "--stage", "a")
     assert out.strip() == "purged 2 message(s)"
-    left = conn.execute("SELECT status FROM pepsi.workqueue").fetchall()
+    left = conn.execute("SELECT status FROM pepsi.messages").fetchall()
     assert left == [("pending",)]  # pending rows are never purged
     rc, _, err = q("purge", "--older-than", "soon")
     assert rc == 2 and "--older-than" in err

@@ -42,7 +42,7 @@ def row(conn: psycopg.Connection, stage: str, status: str, dedupe_key: str | Non
 
 def status_of(conn: psycopg.Connection, mid: int) -> str:
     return conn.execute(
-        "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (mid,)
+        "SELECT status FROM pepsi.messages WHERE workqueue_id = %s", (mid,)
     ).fetchone()[0]
 
 

@@ -113,7 +113,7 @@ def test_durations_on_the_command_line(pq, conn) -> None:
     r = pq("enqueue", "parse", "{}", "--in", "1h30m")
     assert r.returncode == 0, r.stderr
     (due,) = conn.execute(
-        "SELECT timeout - now() FROM pepsi.workqueue WHERE workqueue_id = %s",
+        "SELECT timeout - now() FROM pepsi.messages WHERE workqueue_id = %s",
         (int(r.stdout),),
     ).fetchone()
     assert timedelta(minutes=89) < due <= timedelta(minutes=90)

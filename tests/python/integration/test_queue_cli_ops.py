@@ -70,7 +70,7 @@ def test_enqueue_refuses_unknown_stage_unless_forced(pq, conn, tmp_path: Path) -
     assert r.returncode == 2 and r.stdout == ""
     assert "unknown stage 'prase'" in r.stderr and "did you mean 'parse'" in r.stderr
     assert r.stderr.count("\n") == 1
-    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM pepsi.messages").fetchone() == (0,)
     r = pq("enqueue", "prase", "{}", "--force")
     assert r.returncode == 0 and r.stdout.strip().isdigit()
     assert pq("enqueue", "parse", "{}").returncode == 0
@@ -88,7 +88,7 @@ def test_enqueue_payload_must_be_an_object(pq, conn) -> None:
         assert f"argument 1 must be a JSON object ({{...}}), not {kind}" in r.stderr
     r = pq("enqueue", "a", "-", "--force", stdin='{"ok": 1}\n[3]\n')
     assert r.returncode == 2 and "stdin line 2 must be a JSON object" in r.stderr
-    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM pepsi.messages").fetchone() == (0,)
 
 
 def test_enqueue_at_and_in_delay_messages(pq, conn) -> None:
@@ -97,7 +97,7 @@ def test_enqueue_at_and_in_delay_messages(pq, conn) -> None:
     assert r.returncode == 0, r.stderr
     ids = [int(x) for x in r.stdout.split()]
     rows = conn.execute(
-        "SELECT status, retries, timeout - now() FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        "SELECT status, retries, timeout - now() FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
         (ids,),
     ).fetchall()
     for status, retries, wait in rows:
@@ -107,7 +107,7 @@ def test_enqueue_at_and_in_delay_messages(pq, conn) -> None:
     r = pq("enqueue", "a", "--at", at.isoformat(), "-q")
     assert r.returncode == 0 and "not before" in r.stdout
     (timeout,) = conn.execute(
-        "SELECT timeout FROM pepsi.workqueue ORDER BY workqueue_id DESC LIMIT 1"
+        "SELECT timeout FROM pepsi.messages ORDER BY workqueue_id DESC LIMIT 1"
     ).fetchone()
     assert timeout == at
     assert pq("enqueue", "a", "--at", "tomorrow").returncode == 2
@@ -150,7 +150,7 @@ def test_cancel_by_id_stage_and_all(pq, conn) -> None:
     assert pq("cancel", "--id", str(ids[0])).stdout == f"cancelled 1 message(s): {ids[0]}\n"
     assert pq("cancel", "--stage", "a").stdout == "cancelled 2 message(s)\n"
     assert pq("cancel", "--all").stdout == "cancelled 1 message(s)\n"
-    rows = conn.execute("SELECT DISTINCT status, state->>'error' FROM pepsi.workqueue").fetchall()
+    rows = conn.execute("SELECT DISTINCT status, state->>'error' FROM pepsi.messages").fetchall()
     assert rows == [("failed", "cancelled by operator")]
     by_reason = json.loads(pq("failed", "--by-reason", "--json").stdout)
     assert [(g["stage"], g["count"]) for g in by_reason] == [("a", 3), ("b", 1)]
@@ -181,7 +181,7 @@ def test_purge_refuses_without_selection_and_has_dry_run(pq, conn) -> None:
     assert r.returncode == 2 and "--yes" in r.stderr and r.stderr.count("\n") == 1
     assert pq("purge", "--dry-run").stdout == "would purge 2 message(s)\n"
     assert pq("purge", "--stage", "a", "--dry-run").stdout == "would purge 1 message(s)\n"
-    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (2,)
+    assert conn.execute("SELECT count(*) FROM pepsi.messages").fetchone() == (2,)
     assert pq("purge", "--stage", "a").stdout == "purged 1 message(s)\n"
     assert pq("purge", "--yes").stdout == "purged 1 message(s)\n"
 

@@ -25,7 +25,7 @@ def _nodes(plan: dict) -> Iterator[dict]:
 def _rows(conn: psycopg.Connection, ids: list[int]) -> list[tuple]:
     return [
         conn.execute(
-            "SELECT stage, status, retries, dispatcher_id FROM pepsi.workqueue"
+            "SELECT stage, status, retries, dispatcher_id FROM pepsi.messages"
             " WHERE workqueue_id = %s",
             (i,),
         ).fetchone()

@@ -20,7 +20,7 @@ def claimed(conn: psycopg.Connection, did: int, stage: str, n: int) -> list[int]
 
 def _status(conn: psycopg.Connection, ids: list[int]) -> list[str]:
     return [
-        conn.execute("SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (i,)).fetchone()[
+        conn.execute("SELECT status FROM pepsi.messages WHERE workqueue_id = %s", (i,)).fetchone()[
             0
         ]  # type: ignore[index]
         for i in ids
@@ -43,7 +43,7 @@ def test_finish_many_finishes_what_finish_would(conn: psycopg.Connection) -> Non
     assert _status(conn, ids) == ["done", "done", "done", "running"]
     assert _status(conn, other + [pending]) == ["running", "pending"]
     row = conn.execute(
-        "SELECT dispatcher_id, timeout FROM pepsi.workqueue WHERE workqueue_id = %s", (ids[0],)
+        "SELECT dispatcher_id, timeout FROM pepsi.messages WHERE workqueue_id = %s", (ids[0],)
     ).fetchone()
     assert row == (None, None)
     # finished rows are not finished twice; without a dispatcher id any holder goes

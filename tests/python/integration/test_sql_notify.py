@@ -86,7 +86,7 @@ def test_dashboard_requeue_notifies_through_requeue_failed(dsn: str, conn) -> No
         )
         assert drain(listener) == [], "nothing requeued, nothing said"
         assert conn.execute(
-            "SELECT pepsi.dashboard_requeue(array_agg(workqueue_id)) FROM pepsi.workqueue"
+            "SELECT pepsi.dashboard_requeue(array_agg(workqueue_id)) FROM pepsi.messages"
         ).fetchone() == (1,)
         assert drain(listener) == [("workqueue", "")]
 

@@ -161,7 +161,7 @@ def enqueue_claimed(
 def row(conn: psycopg.Connection, mid: int) -> dict[str, Any]:
     r = conn.execute(
         "SELECT stage, status, retries, state, timeout - now(), dispatcher_id"
-        " FROM pepsi.workqueue WHERE workqueue_id = %s",
+        " FROM pepsi.messages WHERE workqueue_id = %s",
         (mid,),
     ).fetchone()
     assert r is not None
@@ -451,7 +451,7 @@ def test_group_commit_one_transaction_savepoint_per_message(dsn, conf, did, work
     assert notes == ["m0", "m1", "m3", "m5"]
     # one transaction: now() (the transaction's start time) stamped every row alike
     stamps = conn.execute(
-        "SELECT count(DISTINCT updated_at) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        "SELECT count(DISTINCT updated_at) FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
         (ids,),
     ).fetchone()[0]
     assert stamps == 1
@@ -785,7 +785,7 @@ def test_in_hand_slot_reads_none_between_messages(dsn, conf, did, conn):
     assert out == b"0\n" * 4
     assert _in_hand(slot) == -1
     stamps = conn.execute(
-        "SELECT count(DISTINCT updated_at) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        "SELECT count(DISTINCT updated_at) FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
         (ids,),
     ).fetchone()[0]
     assert stamps == 1
@@ -806,7 +806,7 @@ def test_group_commit_slow_handlers_do_not_hold_earlier_answers(dsn, conf, did, 
     assert w.close() == 0
     assert total - first >= 0.5  # the second group's two handlers ran after the first answer
     stamps = conn.execute(
-        "SELECT count(DISTINCT updated_at) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)",
+        "SELECT count(DISTINCT updated_at) FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
         (ids,),
     ).fetchone()[0]
     assert stamps == 2

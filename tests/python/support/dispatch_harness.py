@@ -470,14 +470,14 @@ class Harness:
     def counts(self) -> dict[str, int]:
         return dict(
             self.conn.execute(
-                "SELECT status, count(*) FROM pepsi.workqueue GROUP BY status"
+                "SELECT status, count(*) FROM pepsi.messages GROUP BY status"
             ).fetchall()
         )
 
     def row(self, wq_id: int) -> dict[str, Any]:
         cur = self.conn.execute(
             "SELECT workqueue_id, stage, status, payload, state, retries, timeout,"
-            " dispatcher_id, updated_at FROM pepsi.workqueue WHERE workqueue_id = %s",
+            " dispatcher_id, updated_at FROM pepsi.messages WHERE workqueue_id = %s",
             (wq_id,),
         )
         names = [c.name for c in cur.description]
@@ -493,7 +493,7 @@ class Harness:
 
         def done():
             left = self.conn.execute(
-                f"SELECT count(*) FROM pepsi.workqueue WHERE ({where}) AND status <> ALL(%s)",
+                f"SELECT count(*) FROM pepsi.messages WHERE ({where}) AND status <> ALL(%s)",
                 (statuses,),
             ).fetchone()[0]
             return left == 0
