@@ -44,8 +44,7 @@ def test_capacity_bounds_sampled_under_load(h: Harness) -> None:
         workers = d.workers()
         running = dict(
             h.conn.execute(
-                "SELECT stage, count(*) FROM pepsi.messages WHERE status = 'running'"
-                " GROUP BY stage"
+                "SELECT stage, count(*) FROM pepsi.messages WHERE status = 'running' GROUP BY stage"
             ).fetchall()
         )
         for s, (p, q) in limits.items():

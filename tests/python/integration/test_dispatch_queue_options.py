@@ -146,9 +146,7 @@ def test_every_second_with_two_competing_replicas_and_a_restart(h: Harness) -> N
     gaps = [b - a for a, b in pairwise(ticks)]
     assert all(g == timedelta(seconds=1) for g in gaps), f"missing ticks: {ticks}"
     assert all(t.microsecond == 0 for t in ticks), ticks
-    rows = h.conn.execute(
-        "SELECT payload, status FROM pepsi.messages WHERE stage = 't'"
-    ).fetchall()
+    rows = h.conn.execute("SELECT payload, status FROM pepsi.messages WHERE stage = 't'").fetchall()
     assert {r[0]["from"] for r in rows} == {"pulse"}
     record = h.conn.execute(
         "SELECT last_tick, spec FROM pepsi.schedules() WHERE name = 'pulse'"

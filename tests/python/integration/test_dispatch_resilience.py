@@ -330,8 +330,7 @@ def test_competing_stalled_replica_is_fenced(h: Harness) -> None:
         # the survivor takes them over after ORPHAN_TIMEOUT (3 s) and finishes them
         wait_until(
             lambda: h.conn.execute(
-                "SELECT bool_and(status = 'done') FROM pepsi.messages"
-                " WHERE workqueue_id = ANY(%s)",
+                "SELECT bool_and(status = 'done') FROM pepsi.messages WHERE workqueue_id = ANY(%s)",
                 (held,),
             ).fetchone()[0],
             30,

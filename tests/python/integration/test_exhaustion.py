@@ -159,9 +159,7 @@ def test_workers_at_postgres_max_connections_lose_nothing(h: Harness, small_clus
 
         wait_until(all_done, 60, 0.2, lambda: "all done\n" + d.tail())
         assert d.running(), d.tail()
-        statuses = conn.execute(
-            "SELECT status, count(*) FROM pepsi.messages GROUP BY 1"
-        ).fetchall()
+        statuses = conn.execute("SELECT status, count(*) FROM pepsi.messages GROUP BY 1").fetchall()
     assert statuses == [("done", 60)], statuses
     assert "too many clients already" in d.log(), d.tail()
     assert d.terminate() == 0
