@@ -59,6 +59,7 @@ def seed(conn: psycopg.Connection) -> dict[str, int]:
 
 
 def cli_ids(dsn: str, home: Path, *args: str) -> list[int]:
+    """The ids ``pepsi-queue list ARGS --json`` prints, run as a real process."""
     env = {"PEPSI_DSN": dsn, "PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
     r = subprocess.run(
         [str(BIN / "pepsi-queue"), "list", *args, "--json"],
@@ -72,6 +73,7 @@ def cli_ids(dsn: str, home: Path, *args: str) -> list[int]:
 
 
 def dashboard_ids(dsn: str, query: str) -> list[int]:
+    """The ids pepsi-httpd's ``/api/messages?QUERY`` lists (its parser, its App)."""
     app = App(dsn, allow_actions=False)
     return [r["workqueue_id"] for r in app.messages(*_list_filters(parse_qs(query)))]
 
