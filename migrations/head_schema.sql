@@ -64,7 +64,7 @@ CREATE FUNCTION pepsi._dispatcher_live(dispatcher_id bigint) RETURNS boolean
            AND l.objsubid = 2)
 $_$;
 
-CREATE FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) RETURNS text
+CREATE FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text DEFAULT NULL::text, paused_stages text[] DEFAULT NULL::text[]) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     AS $$
@@ -87,7 +87,15 @@ BEGIN
             coalesce(_list_messages_sql.max_rows::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
-    q := 'SELECT w.workqueue_id, w.stage, w.status, w.retries, w.created_at, w.updated_at,'
+    q := 'SELECT w.workqueue_id, w.stage, w.status,'
+      || ' CASE WHEN w.status = ''paused'' AND w.state ? ''delayed_until'' THEN ''delayed'''
+      || ' WHEN w.status = ''paused'' THEN ''retry wait'''
+      || format(' WHEN w.status = ''pending'' AND w.stage = ANY (%L::text[])',
+                coalesce(_list_messages_sql.paused_stages, '{}'))
+      || ' THEN ''stage paused'''
+      || ' WHEN w.status = ''failed'' AND w.state ? ''cancelled_status'' THEN ''cancelled'''
+      || ' ELSE w.status END,'
+      || ' w.retries, w.created_at, w.updated_at,'
       || ' CASE WHEN w.status = ''paused'' THEN w.timeout END,'
       || ' coalesce(w.state ->> ''dispatch_error'', w.state ->> ''error'','
       || ' CASE WHEN w.status = ''paused'' THEN w.state ->> ''pause_reason'' END),'
@@ -103,10 +111,16 @@ BEGIN
         q := q || format(' AND w.stage = %L', _list_messages_sql.in_stage);
     END IF;
     IF _list_messages_sql.older_than IS NOT NULL THEN
-        q := q || format(' AND w.created_at < now() - %L::interval', _list_messages_sql.older_than);
+        q := q || format(' AND w.updated_at < now() - %L::interval', _list_messages_sql.older_than);
     END IF;
     IF _list_messages_sql.payload_contains IS NOT NULL THEN
         q := q || format(' AND w.payload @> %L::jsonb', _list_messages_sql.payload_contains);
+    END IF;
+    IF _list_messages_sql.reason_group IS NOT NULL THEN
+        q := q || ' AND w.status IN (''failed'', ''timeout'', ''expired'')'
+               || format(' AND pepsi._normalise_reason(coalesce(w.state ->> ''dispatch_error'','
+                         ' w.state ->> ''error'', w.status)) = %L',
+                         _list_messages_sql.reason_group);
     END IF;
     IF _list_messages_sql.before_id IS NOT NULL THEN
         q := q || format(' AND w.workqueue_id < %s', _list_messages_sql.before_id);
@@ -572,47 +586,6 @@ BEGIN
                        'idle_seconds', extract(epoch FROM now() - w.updated_at))
               FROM pepsi.messages AS w
              WHERE w.workqueue_id = dashboard_message.id);
-END
-$$;
-
-CREATE FUNCTION pepsi.dashboard_messages(in_status text DEFAULT NULL::text, in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, match jsonb DEFAULT NULL::jsonb, reason_group text DEFAULT NULL::text, max_rows integer DEFAULT 100, before_id bigint DEFAULT NULL::bigint) RETURNS TABLE(workqueue_id bigint, stage text, status text, kind text, retries integer, due timestamp with time zone, reason text, payload_preview text, created_at timestamp with time zone, updated_at timestamp with time zone)
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
-    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    paused_stages text[];
-BEGIN
-    IF dashboard_messages.in_status IS NULL OR dashboard_messages.in_status = 'pending' THEN
-        SELECT coalesce(array_agg(h.stage), '{}') INTO paused_stages
-          FROM pepsi.stage_health() AS h WHERE h.state = 'paused';
-    END IF;
-    RETURN QUERY
-    SELECT w.workqueue_id, w.stage, w.status,
-           CASE WHEN w.status = 'paused' AND w.state ? 'delayed_until' THEN 'delayed'
-                WHEN w.status = 'paused' THEN 'retry wait'
-                WHEN w.status = 'pending' AND w.stage = ANY (paused_stages) THEN 'stage paused'
-                WHEN w.status = 'failed' AND w.state ? 'cancelled_status' THEN 'cancelled'
-                ELSE w.status END,
-           w.retries,
-           CASE WHEN w.status = 'paused' THEN w.timeout END,
-           coalesce(w.state ->> 'dispatch_error', w.state ->> 'error',
-                    w.state ->> 'pause_reason'),
-           left(w.payload::text, 200),
-           w.created_at, w.updated_at
-      FROM pepsi.messages AS w
-     WHERE (dashboard_messages.in_status IS NULL OR w.status = dashboard_messages.in_status)
-       AND (dashboard_messages.in_stage IS NULL OR w.stage = dashboard_messages.in_stage)
-       AND (dashboard_messages.older_than IS NULL
-            OR w.updated_at < now() - dashboard_messages.older_than)
-       AND (dashboard_messages.match IS NULL OR w.payload @> dashboard_messages.match)
-       AND (dashboard_messages.reason_group IS NULL
-            OR (w.status IN ('failed', 'timeout', 'expired')
-                AND pepsi._normalise_reason(coalesce(w.state ->> 'dispatch_error',
-                                                     w.state ->> 'error', w.status))
-                    = dashboard_messages.reason_group))
-       AND (dashboard_messages.before_id IS NULL OR w.workqueue_id < dashboard_messages.before_id)
-     ORDER BY w.workqueue_id DESC
-     LIMIT least(greatest(coalesce(dashboard_messages.max_rows, 100), 1), 1000);
 END
 $$;
 
@@ -1328,14 +1301,21 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pepsi.list_messages(statuses text[] DEFAULT NULL::text[], in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, payload_contains jsonb DEFAULT NULL::jsonb, before_id bigint DEFAULT NULL::bigint, max_rows integer DEFAULT 50) RETURNS TABLE(workqueue_id bigint, stage text, status text, retries integer, created_at timestamp with time zone, updated_at timestamp with time zone, due timestamp with time zone, reason text, payload jsonb)
+CREATE FUNCTION pepsi.list_messages(statuses text[] DEFAULT NULL::text[], in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, payload_contains jsonb DEFAULT NULL::jsonb, before_id bigint DEFAULT NULL::bigint, max_rows integer DEFAULT 50, reason_group text DEFAULT NULL::text) RETURNS TABLE(workqueue_id bigint, stage text, status text, kind text, retries integer, created_at timestamp with time zone, updated_at timestamp with time zone, due timestamp with time zone, reason text, payload jsonb)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+    paused_stages text[];
 BEGIN
+    IF list_messages.statuses IS NULL OR 'pending' = ANY (list_messages.statuses) THEN
+        SELECT coalesce(array_agg(h.stage), '{}') INTO paused_stages
+          FROM pepsi.stage_health() AS h WHERE h.state = 'paused';
+    END IF;
     RETURN QUERY EXECUTE pepsi._list_messages_sql(
         list_messages.statuses, list_messages.in_stage, list_messages.older_than,
-        list_messages.payload_contains, list_messages.before_id, list_messages.max_rows);
+        list_messages.payload_contains, list_messages.before_id, list_messages.max_rows,
+        list_messages.reason_group, paused_stages);
 END
 $$;
 
@@ -1398,78 +1378,6 @@ BEGIN
       FROM pepsi.messages AS w
       LEFT JOIN pepsi.stages AS s ON s.stage = w.stage
      WHERE w.workqueue_id = message_story.id;
-END
-$$;
-
-CREATE FUNCTION pepsi.metrics() RETURNS text
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
-    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    out text := '';
-    fam record;
-    g pepsi.dispatch_stats;
-BEGIN
-    -- Per-stage counters.
-    FOR fam IN
-        SELECT * FROM (VALUES
-            ('processed', 'Messages a stage processed successfully.'),
-            ('failed', 'Messages that failed at a stage.'),
-            ('timeouts', 'Messages that hit MAX_RUNTIME at a stage.'),
-            ('crashes', 'Worker crashes at a stage.'),
-            ('processing_seconds', 'Seconds workers of a stage spent on messages.')
-        ) AS v(col, help)
-    LOOP
-        out := out || format(E'# HELP pepsi_stage_%s_total %s\n# TYPE pepsi_stage_%s_total counter\n',
-                             fam.col, fam.help, fam.col);
-        out := out || coalesce((
-            SELECT string_agg(format(E'pepsi_stage_%s_total{stage="%s"} %s\n', fam.col, s.stage,
-                                     CASE fam.col
-                                         WHEN 'processed' THEN s.processed::text
-                                         WHEN 'failed' THEN s.failed::text
-                                         WHEN 'timeouts' THEN s.timeouts::text
-                                         WHEN 'crashes' THEN s.crashes::text
-                                         ELSE s.processing_seconds::text END),
-                              '' ORDER BY s.stage)
-              FROM pepsi.stage_stats AS s), '');
-    END LOOP;
-
-    -- Global counters.
-    SELECT * INTO g FROM pepsi.dispatch_stats AS d WHERE d.id;
-    FOR fam IN
-        SELECT * FROM (VALUES
-            ('stage_runs', 'Stage executions, fused ones included.', g.stage_runs),
-            ('messages', 'Message ids handed to workers.', g.messages),
-            ('failed', 'Messages failed, all stages.', g.failed),
-            ('timeouts', 'Messages timed out, all stages.', g.timeouts),
-            ('crashes', 'Worker crashes, all stages.', g.crashes),
-            ('requeued', 'Paused messages flipped back to pending.', g.requeued),
-            ('expired', 'Messages expired (older than EXPIRY).', g.expired)
-        ) AS v(name, help, value)
-    LOOP
-        out := out || format(E'# HELP pepsi_dispatch_%s_total %s\n# TYPE pepsi_dispatch_%s_total counter\npepsi_dispatch_%s_total %s\n',
-                             fam.name, fam.help, fam.name, fam.name, coalesce(fam.value, 0));
-    END LOOP;
-
-    -- Live queue depth.
-    out := out || E'# HELP pepsi_queue_depth Rows in pepsi.workqueue by stage and status.\n'
-               || E'# TYPE pepsi_queue_depth gauge\n';
-    out := out || coalesce((
-        SELECT string_agg(format(E'pepsi_queue_depth{stage="%s",status="%s"} %s\n',
-                                 q.stage, q.status, q.n), '' ORDER BY q.stage, q.status)
-          FROM (WITH r AS (SELECT w.stage, w.status, count(*) AS n  -- one scan
-                             FROM pepsi.messages AS w
-                            GROUP BY w.stage, w.status)
-                SELECT n.stage, st.status, coalesce(r.n, 0) AS n
-                  FROM (SELECT r.stage FROM r UNION SELECT s.stage FROM pepsi.stages AS s) AS n
-                 CROSS JOIN unnest(ARRAY['pending', 'running', 'paused', 'done', 'failed',
-                                         'timeout', 'expired']) AS st(status)
-                  LEFT JOIN r ON r.stage = n.stage AND r.status = st.status) AS q), '');
-
-    out := out || E'# HELP pepsi_dispatchers Registered dispatchers.\n'
-               || E'# TYPE pepsi_dispatchers gauge\n'
-               || format(E'pepsi_dispatchers %s\n', (SELECT count(*) FROM pepsi.dispatchers));
-    RETURN out;
 END
 $$;
 
@@ -2586,7 +2494,7 @@ REVOKE ALL ON FUNCTION pepsi._dispatcher_hold(dispatcher_id bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pepsi._dispatcher_live(dispatcher_id bigint) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text, paused_stages text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pepsi._normalise_reason(reason text) FROM PUBLIC;
 
@@ -2627,9 +2535,6 @@ GRANT ALL ON FUNCTION pepsi.dashboard_failed(reason text, in_stage text, max_row
 
 REVOKE ALL ON FUNCTION pepsi.dashboard_message(id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.dashboard_message(id bigint) TO pepsi_dashboard;
-
-REVOKE ALL ON FUNCTION pepsi.dashboard_messages(in_status text, in_stage text, older_than interval, match jsonb, reason_group text, max_rows integer, before_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION pepsi.dashboard_messages(in_status text, in_stage text, older_than interval, match jsonb, reason_group text, max_rows integer, before_id bigint) TO pepsi_dashboard;
 
 REVOKE ALL ON FUNCTION pepsi.dashboard_pause_stage(stage text, paused boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.dashboard_pause_stage(stage text, paused boolean) TO pepsi_dashboard;
@@ -2704,10 +2609,10 @@ GRANT ALL ON FUNCTION pepsi.hop(id bigint, from_stage text, to_stage text, dispa
 REVOKE ALL ON FUNCTION pepsi.keep_dead_letters(batch_size integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.keep_dead_letters(batch_size integer) TO pepsi_dispatcher;
 
-REVOKE ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) TO pepsi_dispatcher;
-GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) TO pepsi_operator;
-GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer) TO pepsi_dashboard;
+REVOKE ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) TO pepsi_dispatcher;
+GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) TO pepsi_operator;
+GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) TO pepsi_dashboard;
 
 REVOKE ALL ON FUNCTION pepsi.message_history(id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.message_history(id bigint) TO pepsi_dispatcher;
@@ -2718,10 +2623,6 @@ REVOKE ALL ON FUNCTION pepsi.message_story(id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.message_story(id bigint) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.message_story(id bigint) TO pepsi_operator;
 GRANT ALL ON FUNCTION pepsi.message_story(id bigint) TO pepsi_dashboard;
-
-REVOKE ALL ON FUNCTION pepsi.metrics() FROM PUBLIC;
-GRANT ALL ON FUNCTION pepsi.metrics() TO pepsi_dispatcher;
-GRANT ALL ON FUNCTION pepsi.metrics() TO pepsi_operator;
 
 REVOKE ALL ON FUNCTION pepsi.note_traceback(id bigint, from_stage text, traceback text, dispatcher_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.note_traceback(id bigint, from_stage text, traceback text, dispatcher_id bigint) TO pepsi_stage;

@@ -16,9 +16,20 @@ import click
 from pepsi_dispatch.cli.stages import check_stage_name
 from pepsi_dispatch.cli.watch import _json_default
 
-__all__ = ["DURATION", "STATUSES", "history_lines", "list_command", "read_history"]
+__all__ = [
+    "DURATION",
+    "MESSAGE_LIST_MAX_ROWS",
+    "STATUSES",
+    "history_lines",
+    "list_command",
+    "read_history",
+]
 
+#: The statuses of pepsi.workqueue (its CHECK constraint), in the order people read them.
 STATUSES = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
+#: The most rows one call of pepsi.list_messages returns (it refuses more with
+#: 22023): ``pepsi-queue list --limit`` and pepsi-httpd's message list stop here.
+MESSAGE_LIST_MAX_ROWS = 10000
 #: Lines of a traceback shown by ``show`` (its last ones; ``show --json`` has it all).
 TRACEBACK_LINES = 12
 
@@ -79,11 +90,17 @@ def _where(text: str | None) -> str | None:
     help="Only this status (repeatable, or comma-separated: pending,paused).",
 )
 @click.option("--stage", help="Only this stage.")
-@click.option("--older-than", type=DURATION, help="Only messages created before, e.g. 10m, 1h30m.")
+@click.option(
+    "--older-than",
+    type=DURATION,
+    help="Only messages last updated before, e.g. 10m, 1h30m (in their status that long).",
+)
 @click.option(
     "--where", "where", metavar="JSON", help="""Payload contains, e.g. '{"customer": 7}'."""
 )
-@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(1, MESSAGE_LIST_MAX_ROWS), default=50, show_default=True
+)
 @click.option(
     "--before",
     "before_id",

@@ -32,14 +32,14 @@ RING_SIZE = 1800
 #: The sampler takes a snapshot this often, so the charts have a history
 #: when someone opens the dashboard (one query per SAMPLE_EVERY seconds at most).
 SAMPLE_EVERY = 5.0
-#: Rows on one page of the dashboard's message list (and at most this many per action).
+#: Rows on one page of the dashboard's message list unless ``limit`` asks for
+#: more (at most pepsi.list_messages' cap, MESSAGE_LIST_MAX_ROWS).
 LIST_ROWS = 100
-LIST_ROWS_MAX = 1000
+#: Rows of one failure group on ``/api/failures``.
+FAILED_ROWS = 1000
 #: Default of --held-off-limit: a stage with pending messages held off longer
 #: than this makes /healthz answer 503.
 HELD_OFF_LIMIT = 60.0
-#: Statuses of pepsi.workqueue, in the order the dashboard shows them.
-STATUSES = ("pending", "running", "paused", "done", "failed", "timeout", "expired")
 #: Stage health states that mean "not serving" (stage_health).
 HELD_STATES = ("held_off", "no_worker")
 
@@ -322,15 +322,18 @@ class App:
         limit: int,
         before: int | None,
     ) -> list[dict[str, Any]]:
-        """One page of ``pepsi.dashboard_messages`` (match: a JSON object text)."""
+        """One page of ``pepsi.list_messages``, as ``pepsi-queue list`` reads it (match: a
+        JSON object text; the payload cut to a 200-character preview here)."""
         return self.query(
             "SELECT workqueue_id, stage, status, kind, retries,"
-            " extract(epoch FROM due)::float8 AS due, reason, payload_preview,"
+            " extract(epoch FROM due)::float8 AS due, reason,"
+            " left(payload::text, 200) AS payload_preview,"
             " extract(epoch FROM created_at)::float8 AS created_at,"
             " extract(epoch FROM updated_at)::float8 AS updated_at"
-            " FROM pepsi.dashboard_messages(%s, %s, make_interval(secs => %s::float8),"
-            " %s::jsonb, %s, %s, %s)",
-            (status, stage, older_than, match, group, limit, before),
+            " FROM pepsi.list_messages(statuses => %s::text[], in_stage => %s,"
+            " older_than => make_interval(secs => %s::float8), payload_contains => %s::jsonb,"
+            " reason_group => %s, max_rows => %s, before_id => %s)",
+            ([status] if status else None, stage, older_than, match, group, limit, before),
         )
 
     def failed(self, reason: str | None, stage: str | None) -> list[dict[str, Any]]:
@@ -339,7 +342,7 @@ class App:
             "SELECT workqueue_id, stage, status, retries, error,"
             " extract(epoch FROM updated_at)::float8 AS updated_at"
             " FROM pepsi.dashboard_failed(%s, %s, %s)",
-            (reason, stage, LIST_ROWS_MAX),
+            (reason, stage, FAILED_ROWS),
         )
 
     def message(self, wid: int) -> dict[str, Any] | None:

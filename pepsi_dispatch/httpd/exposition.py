@@ -1,8 +1,10 @@
 """/metrics: Prometheus text built from one ``pepsi.dashboard_snapshot()`` with prometheus_client.
 
-The families of ``pepsi.metrics()`` keep their names and labels; the queue's
-age, the retries due, live dispatchers and the dispatchers' own gauges (sent
-with their heartbeats) come on top.
+The only renderer of pepsi-dispatch's metrics: every family and its help text
+is written here once (docs/OPERATIONS.md's table lists them, checked by
+tests/python/unit/test_metrics_one_source.py). The stage and dispatch
+counters, the queue's depth and age, the retries due, live dispatchers and
+the dispatchers' own gauges (sent with their heartbeats).
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ import click
 import psycopg
 
 from .. import __version__
+from ..cli.messages import MESSAGE_LIST_MAX_ROWS, STATUSES
 from ..cli.shell import config_option, run_click, version_option
 from ..config import ConfigError, load_config, parse_time
 from ..errors import UsageError
@@ -52,8 +53,6 @@ from . import exposition
 from .app import (
     HELD_OFF_LIMIT,
     LIST_ROWS,
-    LIST_ROWS_MAX,
-    STATUSES,
     ActionRefused,
     App,
     DatabaseDown,
@@ -338,7 +337,7 @@ def _list_filters(
         parse_duration(older) if older else None,
         where,
         one("group"),
-        max(1, min(limit, LIST_ROWS_MAX)),
+        max(1, min(limit, MESSAGE_LIST_MAX_ROWS)),
         int(before) if before else None,
     )
 

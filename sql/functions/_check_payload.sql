@@ -5,7 +5,8 @@
 --   (the SDK's msg.payload["key"]); 42 or [1,2] used to be accepted and then
 --   failed in the worker.
 --   Used by enqueue and enqueue_many (v2).
---   Reads/writes: nothing.  Locks: none.  Private (no grants).
+--   Reads/writes: nothing.  Locks: none.
+--   Callers: granted to nobody (enqueue and enqueue_many call it).
 CREATE OR REPLACE FUNCTION pepsi._check_payload(payload jsonb, what text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

@@ -4,7 +4,8 @@
 --   contract's STAGE_NAME_RE, pepsi_dispatch/contract.py).
 --   Used by enqueue, enqueue_many and advance so a bad name fails with a
 --   clear message instead of a CHECK violation.
---   Reads/writes: nothing.  Locks: none.  Private (no grants).
+--   Reads/writes: nothing.  Locks: none.
+--   Callers: granted to nobody (enqueue, enqueue_many and advance call it).
 CREATE OR REPLACE FUNCTION pepsi._check_stage(stage text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

@@ -8,7 +8,7 @@
 --   holds it afterwards (false while an older session of the same id still
 --   holds it: that one goes when its connection does).
 --   Writes: nothing.  Locks: that advisory lock, session level.
---   Private (no grants): called by register_dispatcher and heartbeat.
+--   Callers: granted to nobody (register_dispatcher and heartbeat call it).
 CREATE OR REPLACE FUNCTION pepsi._dispatcher_hold(dispatcher_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql

@@ -10,8 +10,9 @@
 --   session, not by heartbeat age (the rule pepsi-httpd's /healthz already
 --   applied to the database as a whole).
 --   NULL id: false.
---   Reads: pg_locks.  Writes: nothing.  Locks: none.  Private (no grants):
---   called by queue_dispatchers, queue_overview and dashboard_snapshot.
+--   Reads: pg_locks.  Writes: nothing.  Locks: none.
+--   Callers: granted to nobody (queue_dispatchers, queue_overview and
+--   dashboard_snapshot call it).
 CREATE OR REPLACE FUNCTION pepsi._dispatcher_live(dispatcher_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE

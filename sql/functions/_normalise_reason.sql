@@ -10,8 +10,10 @@
 --       inside a word (utf8, http2) stay;
 --     * runs of white space -> one space, trimmed.
 --   NULL in, NULL out.  IMMUTABLE: usable in GROUP BY and in an expression
---   index.  Callers: dashboard_snapshot, dashboard_messages and any grouping
---   of failures (one rule for the command line and the dashboard).
+--   index.
+--   Callers: granted to nobody (dashboard_snapshot, failed_reasons,
+--   failed_messages and list_messages' reason_group call it: one rule for
+--   the command line and the dashboard).
 CREATE OR REPLACE FUNCTION pepsi._normalise_reason(reason text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -3,6 +3,7 @@
 --   TRUNCATE): NOTIFY 'config_changed' with the operation as payload.
 --   The dispatcher re-reads the whole overlay; the payload is informative.
 --   Reads/writes: nothing.  Locks: none.
+--   Callers: granted to nobody (the statement trigger of pepsi.config).
 CREATE OR REPLACE FUNCTION pepsi._notify_config()
 RETURNS trigger
 LANGUAGE plpgsql

@@ -4,6 +4,7 @@
 --   Empty payload: PostgreSQL folds identical notifications of one
 --   transaction into one, which is what a wake-up hint wants.
 --   Reads/writes: nothing.  Locks: none.
+--   Callers: granted to nobody (the INSERT trigger of pepsi.workqueue).
 CREATE OR REPLACE FUNCTION pepsi._notify_workqueue()
 RETURNS trigger
 LANGUAGE plpgsql

@@ -24,7 +24,7 @@
 --   Writes: pepsi.attempts, pepsi.tracebacks (delete).  Locks: none beyond
 --   the row the UPDATE already holds (attempts of one message are numbered
 --   under that row lock).
---   Callers: the trigger only (granted to nobody; SECURITY DEFINER so a
+--   Callers: granted to nobody (the trigger only; SECURITY DEFINER so a
 --   caller's role needs no privilege on the history tables).
 CREATE OR REPLACE FUNCTION pepsi._record_attempt()
 RETURNS trigger

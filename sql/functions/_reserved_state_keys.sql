@@ -16,7 +16,8 @@
 --     scheduled_for     the tick of a message a schedule enqueued
 --                       (fire_schedule)
 --   pepsi.set_state refuses a patch with any of them (22023).
---   Reads/writes: nothing.  Private (no grants).
+--   Reads/writes: nothing.
+--   Callers: granted to nobody (set_state calls it).
 CREATE OR REPLACE FUNCTION pepsi._reserved_state_keys()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE

@@ -5,8 +5,8 @@
 --   (pepsi.stages.max_retries), else default_max_retries, else 10 (the
 --   registry's own default).  stages given: max_retries[i] for stages[i],
 --   else default_max_retries.
---   Reads: pepsi.stages by its primary key.  STABLE; granted to no role
---   (SECURITY DEFINER callers use it).
+--   Reads: pepsi.stages by its primary key.  STABLE.
+--   Callers: granted to nobody (requeue_due and record_dispatch_error call it).
 CREATE OR REPLACE FUNCTION pepsi._retry_cap(stage text, stages text[], max_retries integer[],
                                             default_max_retries integer)
 RETURNS integer

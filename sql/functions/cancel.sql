@@ -13,7 +13,8 @@
 --   Writes: pepsi.workqueue.  Locks: the rows cancelled (a row a claim is
 --   taking at that moment is re-checked after the claim commits: it is
 --   running then and skipped).
---   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
+--   used the dispatcher's role before pepsi_operator existed).
 CREATE OR REPLACE FUNCTION pepsi.cancel(ids bigint[] DEFAULT NULL, stage text DEFAULT NULL,
                                         all_rows boolean DEFAULT false)
 RETURNS integer

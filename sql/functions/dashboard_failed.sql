@@ -7,7 +7,8 @@
 --   else error, else the status) equals reason (any when NULL), of stage
 --   in_stage when given; newest first, at most max_rows.
 --   Reads: pepsi.workqueue (workqueue_failed_idx).  Writes: nothing.
---   Locks: none.  Callers: pepsi_dashboard (SECURITY DEFINER).
+--   Locks: none.
+--   Callers: pepsi_dashboard (SECURITY DEFINER).
 CREATE OR REPLACE FUNCTION pepsi.dashboard_failed(reason text DEFAULT NULL,
                                                   in_stage text DEFAULT NULL,
                                                   max_rows integer DEFAULT 200)

@@ -33,8 +33,8 @@
 --   'workqueue' with payload 'delayed', on which the dispatcher runs
 --   requeue_due within a second to learn the new due time).
 --   Locks: none beyond the insert (and, with a key, the unique index entry).
---   Callers: pepsi_ingress, pepsi_stage, the dispatcher's schedules through
---   fire_schedule (SECURITY DEFINER).
+--   Callers: pepsi_ingress, pepsi_stage, pepsi_operator (SECURITY DEFINER;
+--   the dispatcher's schedules enqueue through fire_schedule).
 --   The stage is not checked against the stage registry (pepsi.stages): a
 --   producer may run before the first dispatcher; pepsi-queue enqueue checks.
 --

@@ -22,7 +22,8 @@
 --   longer than 512 bytes; 22008 for a non-finite not_before.
 --   Writes: pepsi.workqueue (delayed rows: also NOTIFY 'workqueue', 'delayed',
 --   as enqueue).  Locks: none beyond the insert and the keys' index entries.
---   Callers: pepsi_ingress, pepsi_stage (SECURITY DEFINER).
+--   Callers: pepsi_ingress, pepsi_stage, pepsi_operator (SECURITY DEFINER; pepsi-queue
+--   enqueue).
 --
 -- Why v3 (migration 0019): priority and dedupe_keys, as enqueue v3.  The
 --   3-argument v2 is dropped (calls with 2 or 3 arguments resolve to v3).

@@ -9,7 +9,8 @@
 --   history (pepsi.attempts, pepsi.tracebacks) with it.
 --   Writes: pepsi.workqueue, pepsi.dead_letters, pepsi.attempts,
 --   pepsi.tracebacks (not with dry_run).  Locks: the rows deleted.
---   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
+--   used the dispatcher's role before pepsi_operator existed).
 --
 -- Why v2 (migration 0009): dry_run, for pepsi-queue purge --dry-run (and a
 --   confirmation that shows the count before deleting).  The 3-argument v1 is

@@ -2,7 +2,7 @@
 --   Live queue depth: number of rows per (stage, status), sorted.
 --   Reads: pepsi.workqueue (a full scan: for operators and metrics scrapes,
 --   not for the dispatcher's hot path).  Locks: none.
---   Callers: pepsi_dispatcher (SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue).
 CREATE OR REPLACE FUNCTION pepsi.queue_counts()
 RETURNS TABLE (stage text, status text, count bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER

@@ -11,7 +11,8 @@
 --   heartbeats take), whatever the heartbeat's age.  Sorted by dispatcher_id.
 --   Reads: pepsi.dispatchers, pepsi.workqueue (workqueue_running_idx),
 --   pg_locks.  Locks: none.
---   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
+--   used the dispatcher's role before pepsi_operator existed).
 --
 -- Why v2 (migration 0014): the live column (by heartbeat age then).
 -- Why v3: live by session.  A dispatcher killed with SIGKILL counted as live

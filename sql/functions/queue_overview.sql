@@ -33,7 +33,8 @@
 --   Reads: pepsi.workqueue (a full scan, like queue_counts: for operators,
 --   not for hot paths), pepsi.stage_stats, pepsi.stages, pepsi.dispatchers, pg_locks.
 --   Writes: nothing.  Locks: none.
---   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
+--   used the dispatcher's role before pepsi_operator existed).
 --
 -- Why v2 (migration 0012): v1 had no live worker counts (they were not in
 --   the database when it was written), so pepsi-queue status --watch showed

@@ -15,7 +15,7 @@
 --   or a stage appears twice.
 --   Writes: pepsi.stages.  Locks: its rows (competing replicas registering at
 --   once serialise on them; the last one wins).
---   Callers: pepsi_dispatcher at start and after every reload (SECURITY DEFINER).
+--   Callers: pepsi_dispatcher (SECURITY DEFINER; at start and after every reload).
 CREATE OR REPLACE FUNCTION pepsi.register_stages(dispatcher_id bigint, stages text[],
                                                  nexts text[], max_retries integer[],
                                                  retry_delays interval[],

@@ -6,7 +6,8 @@
 --   sorted by stage.  Empty until a dispatcher with migration 0009 started.
 --   pepsi-queue enqueue checks stage names against it.
 --   Reads: pepsi.stages.  Locks: none.
---   Callers: pepsi_dispatcher, pepsi_ingress, pepsi_stage (SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_ingress, pepsi_stage, pepsi_operator (SECURITY DEFINER;
+--   pepsi-queue's stage check).
 CREATE OR REPLACE FUNCTION pepsi.registered_stages()
 RETURNS TABLE (stage text, next text[], max_retries integer, retry_delay interval,
                retry_delay_max interval, parallelism integer, queue_limit integer,

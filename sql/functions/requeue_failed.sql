@@ -22,7 +22,8 @@
 --   dead_letters_stage_idx.
 --   Locks: the rows requeued.  Waits on a producer's open transaction that
 --   inserted one of the keys (the unique index), only for that row.
---   Callers: pepsi_dispatcher (operators use that role; SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
+--   used the dispatcher's role before pepsi_operator existed).
 --
 -- Why v2 (migration 0009): v1 did not notify (only INSERT does), so
 --   requeued rows waited up to POLL_INTERVAL (15 s measured) for a claim.

@@ -22,8 +22,8 @@
 --   Writes: pepsi.workqueue (timeout, state, status for a pending row,
 --   updated_at).  Locks: the row (FOR UPDATE: a claim taking a pending row
 --   at the same moment is waited for, and the row is then running).
---   Callers: pepsi_dispatcher (operators use that role), pepsi_operator,
---   pepsi.dashboard_reschedule (SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; the dashboard
+--   through pepsi.dashboard_reschedule).
 CREATE OR REPLACE FUNCTION pepsi.reschedule(id bigint, at timestamptz DEFAULT NULL)
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER

@@ -6,8 +6,8 @@
 --   (NULL: in no dispatcher's configuration any more).  For pepsi-queue
 --   schedules.
 --   Reads: pepsi.schedule_ticks.  Locks: none.
---   Callers: pepsi_dispatcher (operators use that role), pepsi_operator,
---   pepsi.dashboard_schedules (SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; the dashboard
+--   through pepsi.dashboard_schedules).
 CREATE OR REPLACE FUNCTION pepsi.schedules()
 RETURNS TABLE (name text, stage text, spec text, last_tick timestamptz, next_tick timestamptz,
                settled_through timestamptz, updated_at timestamptz)

@@ -6,8 +6,8 @@
 --   dispatcher's, an operator's) gets the same answer as the role that
 --   migrated.
 --   Reads: public.alembic_version.  Locks: none.
---   Callers: pepsi_dispatcher, pepsi_operator, pepsi_dashboard, pepsi_stage,
---   pepsi_ingress (SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator, pepsi_dashboard, pepsi_stage, pepsi_ingress
+--   (SECURITY DEFINER).
 CREATE OR REPLACE FUNCTION pepsi.schema_version()
 RETURNS text
 LANGUAGE plpgsql STABLE SECURITY DEFINER

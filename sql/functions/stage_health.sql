@@ -28,8 +28,8 @@
 --   read as serving / 0 (a newer dispatcher's report never breaks this).
 --   Reads: pepsi.stages, pepsi.dispatchers, pepsi.workqueue
 --   (workqueue_pending_idx).  Writes: nothing.  Locks: none.
---   Callers: dashboard_snapshot (pepsi-httpd's /healthz, /metrics and
---   dashboard); pepsi_dispatcher (pepsi-queue status; SECURITY DEFINER).
+--   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue status;
+--   pepsi-httpd's /healthz, /metrics and dashboard through dashboard_snapshot).
 --
 -- Why v2: a dispatcher killed with SIGKILL kept reporting its stages' health
 --   until its heartbeat aged out; liveness is the session's now.  Same

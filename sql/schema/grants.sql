@@ -4,7 +4,8 @@
 -- that creates or re-creates functions runs this file's frozen revision
 -- (migrations/sql/schema/grants.vN.sql) after them; its downgrade runs the
 -- previous revision.
--- _normalise_reason is granted to no role: SECURITY DEFINER functions call it.
+-- Functions whose name starts with _ are granted to no role: SECURITY
+-- DEFINER functions and triggers call them.
 --
 -- The file is authoritative and idempotent: it first takes every function and
 -- table privilege from PUBLIC and from the five roles, then grants what each
@@ -16,24 +17,11 @@
 -- they are.  Tables are private: no role but the owner writes them; everything
 -- goes through SECURITY DEFINER functions with a pinned search_path.
 --
---   role              schema  tables         functions
---   pepsi_ingress     USAGE   -              enqueue, enqueue_many, registered_stages
---   pepsi_stage       USAGE   -              enqueue, enqueue_many, advance, finish,
---                                            finish_many, advance_many, pause, fail,
---                                            hop, set_state, get_message, get_messages,
---                                            stage_config, registered_stages
---   pepsi_dispatcher  USAGE   SELECT on all  the dispatcher's calls (database/calls.py) and the
---                                            operators' (pepsi-queue): see below
---   pepsi_dashboard   USAGE   -              dashboard_* (pepsi-httpd), list_messages,
---                                            message_story, message_history,
---                                            failed_reasons, failed_messages
---   pepsi_operator    USAGE   SELECT but     people (pepsi-queue): enqueue, list, show,
---                     config                 status, failed, requeue, cancel, purge,
---                                            reschedule, schedules
---                                            (see below); no claim, release,
---                                            reset_orphans or stage transition
--- Private helpers (_check_stage, _check_payload) and the trigger functions
--- (_notify_workqueue, _notify_config) are granted to nobody.
+-- Who may call what is the GRANT statements below and nothing else: each
+-- function file's `Callers:` header line, the roles table of docs/SQL.md, the
+-- role list of docs/QUEUE.md, the edges of docs/INTERNALS.md's status
+-- machine and the pepsi.* calls of pepsi-queue and pepsi-httpd are checked
+-- against them (tests/python/unit/test_callers_match_grants.py).
 -- The dispatcher cannot advance/finish/pause/fail (only a stage moves a
 -- running row forward); a stage cannot claim; ingress can only enqueue.
 
@@ -109,7 +97,6 @@ TO pepsi_dispatcher;
 
 -- Operators' commands (pepsi-queue), under pepsi_operator or the dispatcher's role.
 GRANT EXECUTE ON FUNCTION
-    pepsi.metrics(),
     pepsi.queue_counts(),
     pepsi.requeue_failed(text, bigint[]),
     pepsi.purge(text[], text, interval, boolean),
@@ -128,7 +115,7 @@ GRANT EXECUTE ON FUNCTION
     pepsi.failed_reasons(text),
     pepsi.message_story(bigint),
     pepsi.message_history(bigint),
-    pepsi.list_messages(text[], text, interval, jsonb, bigint, integer)
+    pepsi.list_messages(text[], text, interval, jsonb, bigint, integer, text)
 TO pepsi_dispatcher, pepsi_operator, pepsi_dashboard;
 
 -- pepsi-httpd: reads and acts only through these (no table privileges).
@@ -139,7 +126,6 @@ GRANT EXECUTE ON FUNCTION
     pepsi.dashboard_requeue(bigint[]),
     pepsi.dashboard_cancel(bigint[]),
     pepsi.dashboard_pause_stage(text, boolean),
-    pepsi.dashboard_messages(text, text, interval, jsonb, text, integer, bigint),
     pepsi.dashboard_reschedule(bigint, timestamptz),
     pepsi.dashboard_schedules()
 TO pepsi_dashboard;

@@ -1,17 +1,17 @@
 -- Stage health from the heartbeat (stage_health), series at zero, the stage
--- registry and failure groups in dashboard_snapshot v4, dashboard_messages,
--- _normalise_reason and metrics v2's zeros.
+-- registry and failure groups in dashboard_snapshot v4, the dashboard's
+-- message list (list_messages v2: kind, reason_group) and _normalise_reason.
 BEGIN;
-SELECT plan(33);
+SELECT plan(32);
 
 SELECT ok(has_function_privilege('pepsi_dispatcher', 'pepsi.stage_health()', 'EXECUTE'),
           'pepsi_dispatcher executes stage_health (pepsi-queue status)');
 SELECT ok(has_function_privilege('pepsi_dashboard',
-              'pepsi.dashboard_messages(text, text, interval, jsonb, text, integer, bigint)', 'EXECUTE')
+              'pepsi.list_messages(text[], text, interval, jsonb, bigint, integer, text)', 'EXECUTE')
       AND NOT has_function_privilege('pepsi_stage',
-              'pepsi.dashboard_messages(text, text, interval, jsonb, text, integer, bigint)', 'EXECUTE')
+              'pepsi.list_messages(text[], text, interval, jsonb, bigint, integer, text)', 'EXECUTE')
       AND NOT has_function_privilege('public', 'pepsi._normalise_reason(text)', 'EXECUTE'),
-          'dashboard_messages is the dashboard''s; _normalise_reason nobody''s directly');
+          'list_messages is the dashboard''s, not a stage''s; _normalise_reason nobody''s directly');
 
 -- _normalise_reason
 SELECT is(pepsi._normalise_reason('bad input n=201'), 'bad input n=<n>', 'numbers masked');
@@ -104,37 +104,33 @@ SELECT is((pepsi.dashboard_snapshot() -> 'failure_reasons' -> 0) - 'newest_id',
             "raw": [{"reason": "bad input n=202", "count": 2}, {"reason": "bad input n=201", "count": 1}]}',
           'one group for reasons differing in a number, the raw reasons with it');
 
--- dashboard_messages
+-- the dashboard's message list: list_messages
 INSERT INTO pepsi.workqueue (stage, status, timeout, state, payload) VALUES
     ('a', 'paused', now() + interval '1 h', '{"delayed_until": "2099-01-01"}', '{"customer": 7}'),
     ('a', 'paused', now() + interval '1 h', '{"pause_reason": "busy"}', '{"customer": 8}'),
     ('b', 'failed', NULL, '{"error": "cancelled by operator", "cancelled_status": "pending"}', '{}');
-SELECT results_eq($$SELECT kind, reason FROM pepsi.dashboard_messages(in_status => 'paused')$$,
+SELECT results_eq($$SELECT kind, reason FROM pepsi.list_messages(ARRAY['paused'])$$,
                   $$VALUES ('retry wait'::text, 'busy'::text), ('delayed', NULL)$$,
                   'paused rows say which kind: delayed or retry wait, newest first');
-SELECT ok((SELECT bool_and(due > now()) FROM pepsi.dashboard_messages(in_status => 'paused')),
+SELECT ok((SELECT bool_and(due > now()) FROM pepsi.list_messages(ARRAY['paused'])),
           'a paused row has its due time');
-SELECT is((SELECT kind FROM pepsi.dashboard_messages(in_stage => 'b', max_rows => 1)), 'cancelled',
+SELECT is((SELECT kind FROM pepsi.list_messages(in_stage => 'b', max_rows => 1)), 'cancelled',
           'a cancelled message is cancelled, not a plain failure');
-SELECT results_eq($$SELECT payload_preview FROM pepsi.dashboard_messages(match => '{"customer": 7}')$$,
+SELECT results_eq($$SELECT payload::text FROM pepsi.list_messages(payload_contains => '{"customer": 7}')$$,
                   $$VALUES ('{"customer": 7}'::text)$$, 'payload containment');
-SELECT is((SELECT count(*)::int FROM pepsi.dashboard_messages(reason_group => 'bad input n=<n>')), 3,
+SELECT is((SELECT count(*)::int FROM pepsi.list_messages(reason_group => 'bad input n=<n>')), 3,
           'rows of one failure group');
-SELECT is((SELECT count(*)::int FROM pepsi.dashboard_messages(in_stage => 'a', in_status => 'pending',
-                                                                older_than => '1 min')), 1,
+SELECT is((SELECT count(*)::int FROM pepsi.list_messages(ARRAY['pending'], 'a',
+                                                           older_than => '1 min')), 1,
           'older_than by updated_at');
-SELECT results_eq($$SELECT count(*)::int FROM pepsi.dashboard_messages(max_rows => 2)
-                    UNION ALL SELECT count(*)::int FROM pepsi.dashboard_messages(
-                        before_id => (SELECT min(workqueue_id) FROM pepsi.dashboard_messages(max_rows => 2)))$$,
+SELECT results_eq($$SELECT count(*)::int FROM pepsi.list_messages(max_rows => 2)
+                    UNION ALL SELECT count(*)::int FROM pepsi.list_messages(
+                        before_id => (SELECT min(workqueue_id) FROM pepsi.list_messages(max_rows => 2)))$$,
                   $$VALUES (2), (8)$$, 'max_rows and keyset paging by before_id');
 UPDATE pepsi.dispatchers SET gauges = '{"heartbeat_interval": 30, "stages": {"a": {"state": "paused"}}}'
  WHERE dispatcher_id = :d;
-SELECT is((SELECT array_agg(DISTINCT kind) FROM pepsi.dashboard_messages(in_stage => 'a', in_status => 'pending')),
+SELECT is((SELECT array_agg(DISTINCT kind) FROM pepsi.list_messages(ARRAY['pending'], 'a')),
           ARRAY['stage paused'], 'pending rows of a paused stage say so');
-
--- metrics v2: zeros
-SELECT ok(pepsi.metrics() ~ 'pepsi_queue_depth\{stage="b",status="expired"\} 0',
-          'pepsi.metrics exports zero depth for a registered stage');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,0 +1,113 @@
+"""The Prometheus text has one renderer, pepsi-httpd's, and one list of its families.
+
+``pepsi_dispatch/httpd/exposition.py`` writes every family and its help text;
+no SQL function renders Prometheus text (``pepsi.metrics()`` did, with every
+help text typed a second time, and its ``pepsi_dispatchers`` had come to mean
+something else). The table of docs/OPERATIONS.md ("/metrics (Grafana-ready
+list)") names exactly the families the renderer writes, with their types and
+labels. No database.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pepsi_dispatch.httpd import exposition
+
+ROOT = Path(__file__).resolve().parents[3]
+Family = tuple[str, str, tuple[str, ...]]  # (name as documented, type, labels)
+
+
+def prometheus_in_sql(functions: Path) -> list[str]:
+    """The function files that write Prometheus HELP or TYPE lines."""
+    pattern = re.compile(r"#\s*(HELP|TYPE)\s+pepsi_")
+    return sorted(p.name for p in functions.glob("*.sql") if pattern.search(p.read_text()))
+
+
+def _histogram(sum_: float = 0.05) -> dict[str, Any]:
+    return {"bounds": [0.1], "counts": [1, 0], "sum": sum_}
+
+
+def full_snapshot() -> dict[str, Any]:
+    """A dashboard_snapshot() in which every family has a sample."""
+    stage = {"stage": "a"} | {col: 1 for col, _ in exposition.STAGE_COUNTERS}
+    gauges = {
+        "workers": {"a": {"busy": 1}},
+        "inflight": {"a": 1},
+        "inflight_ids": 1,
+        "round_trips": 2,
+        "claims": 1,
+        "db_round_trip_seconds": _histogram(),
+        "service_seconds": {"a": _histogram()},
+    }
+    return {
+        "stage_stats": [stage],
+        "totals": {name: 1 for name, _ in exposition.GLOBAL_COUNTERS},
+        "queue": [{"stage": "a", "status": "pending", "count": 1, "oldest_age": 2.0}],
+        "oldest_pending": {"a": 2.0},
+        "retries_due": {"a": 0},
+        "stage_health": [{"stage": "a", "state": "serving", "held_seconds": 0}],
+        "dispatchers": [{"dispatcher_id": 1, "heartbeat_age": 1.0, "live": True, "gauges": gauges}],
+        "dispatcher_session": True,
+    }
+
+
+def rendered(snap: dict[str, Any]) -> set[Family]:
+    """(documented name, type, labels) of every family /metrics writes for ``snap``."""
+    text = exposition.render(exposition.families(snap, {"a": False}, 0.01)).decode()
+    out = set()
+    for fam in text_string_to_metric_families(text):
+        labels = {k for s in fam.samples for k in s.labels if k != "le"}
+        name = f"{fam.name}_total" if fam.type == "counter" else fam.name
+        out.add((name, fam.type, tuple(sorted(labels))))
+    return out
+
+
+def documented(markdown: str) -> set[Family]:
+    """(name, type, labels) of each row of the /metrics table of docs/OPERATIONS.md."""
+    start = markdown.index("| metric | type | labels |")
+    out = set()
+    for line in markdown[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        names, kind, labels = (c.strip() for c in line.strip("|").split("|")[:3])
+        label_set = tuple(sorted(x.strip() for x in labels.split(",") if x.strip()))
+        for name in re.findall(r"`(pepsi_[a-z_]+)`", names):
+            out.add((name, kind, label_set))
+    return out
+
+
+def test_no_sql_function_renders_prometheus_text() -> None:
+    assert prometheus_in_sql(ROOT / "sql" / "functions") == []
+
+
+def test_the_sql_check_sees_a_renderer(tmp_path: Path) -> None:
+    (tmp_path / "metrics.sql").write_text("SELECT E'# HELP pepsi_queue_depth Rows.\\n'")
+    (tmp_path / "other.sql").write_text("-- # not a metric\nSELECT 1")
+    assert prometheus_in_sql(tmp_path) == ["metrics.sql"]
+
+
+def test_the_operations_table_is_what_metrics_renders() -> None:
+    doc = documented((ROOT / "docs" / "OPERATIONS.md").read_text(encoding="utf-8"))
+    got = rendered(full_snapshot())
+    assert sorted(got - doc) == [], "rendered but not in docs/OPERATIONS.md's /metrics table"
+    assert sorted(doc - got) == [], "in docs/OPERATIONS.md's /metrics table but not rendered"
+
+
+def test_the_docs_check_sees_a_wrong_type_and_a_missing_family() -> None:
+    doc = documented(
+        "| metric | type | labels | meaning |\n|---|---|---|---|\n"
+        "| `pepsi_queue_depth` | counter | stage, status | x |\n"
+        "| `pepsi_database_up` | gauge | | x |\n\nafter"
+    )
+    assert doc == {
+        ("pepsi_queue_depth", "counter", ("stage", "status")),
+        ("pepsi_database_up", "gauge", ()),
+    }
+    got = rendered(full_snapshot())
+    assert ("pepsi_queue_depth", "gauge", ("stage", "status")) in got - doc
+    assert ("pepsi_stage_paused", "gauge", ("stage",)) in got - doc
