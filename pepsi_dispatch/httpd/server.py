@@ -276,7 +276,7 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/api/pause":
                 stage = body["stage"]
                 paused = body["paused"]
-                if not isinstance(paused, bool):  # the stage: dashboard_pause_stage checks
+                if not isinstance(paused, bool):  # the stage: pause_stage checks
                     raise ValueError("'paused' must be true or false")
                 changed = self.app.pause(stage, paused)
                 self._json(200, {"changed": changed})

@@ -24,12 +24,12 @@
 --                                            stage_config, registered_stages
 --   pepsi_dispatcher  USAGE   SELECT on all  the dispatcher's calls (database/calls.py) and the
 --                                            operators' (pepsi-queue): see below
---   pepsi_dashboard   USAGE   -              dashboard_* (pepsi-httpd), list_messages,
+--   pepsi_dashboard   USAGE   -              dashboard_* (pepsi-httpd), pause_stage, list_messages,
 --                                            message_story, message_history,
 --                                            failed_reasons, failed_messages
 --   pepsi_operator    USAGE   SELECT but     people (pepsi-queue): enqueue, list, show,
 --                     config                 status, failed, requeue, cancel, purge,
---                                            reschedule, schedules
+--                                            reschedule, schedules, pause_stage
 --                                            (see below); no claim, release,
 --                                            reset_orphans or stage transition
 -- Private helpers (_check_stage, _check_payload) and the trigger functions
@@ -120,6 +120,12 @@ GRANT EXECUTE ON FUNCTION
     pepsi.schedules()
 TO pepsi_dispatcher, pepsi_operator;
 
+-- Pausing and resuming a stage (and ending its hold-off): pepsi-queue
+-- pause/resume and the dashboard's buttons, one function for both.
+GRANT EXECUTE ON FUNCTION
+    pepsi.pause_stage(text, boolean)
+TO pepsi_dispatcher, pepsi_operator, pepsi_dashboard;
+
 -- Reading messages: operators, the dispatcher's role (operators used it
 -- before pepsi_operator existed) and pepsi-httpd.
 GRANT EXECUTE ON FUNCTION
@@ -137,7 +143,6 @@ GRANT EXECUTE ON FUNCTION
     pepsi.dashboard_message(bigint),
     pepsi.dashboard_requeue(bigint[]),
     pepsi.dashboard_cancel(bigint[]),
-    pepsi.dashboard_pause_stage(text, boolean),
     pepsi.dashboard_messages(text, text, interval, jsonb, text, integer, bigint),
     pepsi.dashboard_reschedule(bigint, timestamptz),
     pepsi.dashboard_schedules()
