@@ -24,7 +24,10 @@ SCHEMA = ("alembic.ini", "migrations", "sql")
 SHARED = {
     "share/man/man1": ["man/pepsi-dispatch.1", "man/pepsi-queue.1", "man/pepsi-httpd.1"],
     "share/man/man5": ["man/pepsi.conf.5"],
-    "share/pepsi-dispatch/systemd": ["contrib/systemd/pepsi-dispatch.service"],
+    "share/pepsi-dispatch/systemd": [
+        "contrib/systemd/pepsi-dispatch.service",
+        "contrib/systemd/pepsi-httpd.service",
+    ],
 }
 
 

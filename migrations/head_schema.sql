@@ -589,38 +589,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pepsi.dashboard_pause_stage(stage text, paused boolean) RETURNS boolean
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
-    AS $_$
-DECLARE
-    n integer;
-BEGIN
-    IF dashboard_pause_stage.stage IS NULL OR dashboard_pause_stage.stage !~ '^[A-Za-z0-9_.-]+$' THEN
-        RAISE EXCEPTION 'invalid stage name: %', dashboard_pause_stage.stage
-              USING ERRCODE = '22023';
-    END IF;
-    IF dashboard_pause_stage.paused THEN
-        IF NOT EXISTS (SELECT 1 FROM pepsi.stages AS s
-                        WHERE s.stage = dashboard_pause_stage.stage) THEN
-            RAISE EXCEPTION 'unknown stage %: only stages the dispatcher serves can be paused',
-                            dashboard_pause_stage.stage
-                  USING ERRCODE = '22023',
-                        HINT = 'the stage registry (pepsi.registered_stages()) lists them';
-        END IF;
-        INSERT INTO pepsi.config AS c (section, option, value)
-        VALUES ('stage-' || dashboard_pause_stage.stage, 'PAUSED', 'yes')
-        ON CONFLICT (section, option) DO UPDATE SET value = 'yes' WHERE c.value <> 'yes';
-    ELSE
-        DELETE FROM pepsi.config AS c
-         WHERE lower(c.section) = lower('stage-' || dashboard_pause_stage.stage)
-           AND upper(c.option) = 'PAUSED';
-    END IF;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n > 0;
-END
-$_$;
-
 CREATE FUNCTION pepsi.dashboard_requeue(ids bigint[]) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -1433,6 +1401,44 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+CREATE FUNCTION pepsi.pause_stage(stage text, paused boolean) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    n integer;
+BEGIN
+    IF pause_stage.stage IS NULL OR pause_stage.stage !~ '^[A-Za-z0-9_.-]+$' THEN
+        RAISE EXCEPTION 'invalid stage name: %', pause_stage.stage
+              USING ERRCODE = '22023';
+    END IF;
+    IF pause_stage.paused IS NULL THEN
+        RAISE EXCEPTION 'pause_stage needs paused = true or false'
+              USING ERRCODE = '22004';
+    END IF;
+    IF pause_stage.paused THEN
+        IF NOT EXISTS (SELECT 1 FROM pepsi.stages AS s
+                        WHERE s.stage = pause_stage.stage) THEN
+            RAISE EXCEPTION 'unknown stage %: only stages the dispatcher serves can be paused',
+                            pause_stage.stage
+                  USING ERRCODE = '22023',
+                        HINT = 'the stage registry (pepsi.registered_stages()) lists them';
+        END IF;
+        INSERT INTO pepsi.config AS c (section, option, value)
+        VALUES ('stage-' || pause_stage.stage, 'PAUSED', 'yes')
+        ON CONFLICT (section, option) DO UPDATE SET value = 'yes' WHERE c.value <> 'yes';
+        GET DIAGNOSTICS n = ROW_COUNT;
+    ELSE
+        DELETE FROM pepsi.config AS c
+         WHERE lower(c.section) = lower('stage-' || pause_stage.stage)
+           AND upper(c.option) = 'PAUSED';
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM pg_notify('config_changed', 'try_now:' || pause_stage.stage);
+    END IF;
+    RETURN n > 0;
+END
+$_$;
 
 CREATE FUNCTION pepsi.purge(statuses text[], stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, dry_run boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2536,9 +2542,6 @@ GRANT ALL ON FUNCTION pepsi.dashboard_failed(reason text, in_stage text, max_row
 REVOKE ALL ON FUNCTION pepsi.dashboard_message(id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.dashboard_message(id bigint) TO pepsi_dashboard;
 
-REVOKE ALL ON FUNCTION pepsi.dashboard_pause_stage(stage text, paused boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION pepsi.dashboard_pause_stage(stage text, paused boolean) TO pepsi_dashboard;
-
 REVOKE ALL ON FUNCTION pepsi.dashboard_requeue(ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.dashboard_requeue(ids bigint[]) TO pepsi_dashboard;
 
@@ -2629,6 +2632,11 @@ GRANT ALL ON FUNCTION pepsi.note_traceback(id bigint, from_stage text, traceback
 
 REVOKE ALL ON FUNCTION pepsi.pause(id bigint, from_stage text, until timestamp with time zone, reason text, dispatcher_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.pause(id bigint, from_stage text, until timestamp with time zone, reason text, dispatcher_id bigint) TO pepsi_stage;
+
+REVOKE ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) TO pepsi_dispatcher;
+GRANT ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) TO pepsi_operator;
+GRANT ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) TO pepsi_dashboard;
 
 REVOKE ALL ON FUNCTION pepsi.purge(statuses text[], stage text, older_than interval, dry_run boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.purge(statuses text[], stage text, older_than interval, dry_run boolean) TO pepsi_dispatcher;

@@ -54,6 +54,9 @@ class _LogFile(logging.handlers.WatchedFileHandler):
     """
 
     def __init__(self, filename: str) -> None:
+        #: this process made the file (it did not exist): a root that drops its
+        #: privileges hands it to SERVICE_USER (privileges.hand_over_logs)
+        self.created = not os.path.lexists(filename)
         super().__init__(filename, encoding="utf-8")
         self.dropped = 0
         self.failing: str | None = None  # the error while writes fail

@@ -23,6 +23,9 @@
   stdout names the ids acted on, and each other id gets one error line saying why.
 * ``purge [--status S ...] [--stage S] [--older-than TIME] [--yes] [--dry-run]`` —
   delete terminal rows; without a selection it refuses unless ``--yes``.
+* ``pause STAGE`` / ``resume STAGE`` — claim nothing more for a stage (its rows
+  stay where they are) / let it run again; ``resume`` also ends the stage's
+  hold-off at once (cli/pausing.py).
 
 Every command goes through ``pepsi.*`` functions, never table SQL. The role
 for people is ``pepsi_operator``; an error for a missing privilege says so.
@@ -59,6 +62,7 @@ from pepsi_dispatch.cli.messages import (
     list_command,
     read_history,
 )
+from pepsi_dispatch.cli.pausing import pause_command, resume_command
 from pepsi_dispatch.cli.produce import (
     MESSAGE_ID,
     enqueue_command,
@@ -99,7 +103,7 @@ class _Ctx:
     name=PROG,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Operate the pepsi work queue: enqueue, status, list, show, failed, requeue, cancel,"
-    " purge, reschedule, schedules, migrate.",
+    " purge, pause, resume, reschedule, schedules, migrate.",
 )
 @config_option
 @version_option(PROG)
@@ -469,6 +473,9 @@ cli.add_command(list_command)
 # Putting messages in and moving them: cli/produce.py.
 for _command in (enqueue_command, reschedule_command, schedules_command):
     cli.add_command(_command)
+# Pausing and resuming a stage: cli/pausing.py.
+cli.add_command(pause_command)
+cli.add_command(resume_command)
 
 
 def _report(message: str) -> None:

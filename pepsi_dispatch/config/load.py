@@ -449,8 +449,9 @@ def _drop_pause_only_sections(merged: Ini, config: Config) -> None:
             name = merged.names.get(sec, sec)
             _log.warning(
                 "database overlay: [%s] has only PAUSED and no PROGRAM: no such stage, ignored"
-                " (remove its row from pepsi.config, or resume it from the dashboard)",
+                " (remove its row from pepsi.config: pepsi-queue resume %s)",
                 name,
+                name.partition("-")[2],
             )
             del merged.sections[sec]
             merged.names.pop(sec, None)

@@ -31,7 +31,7 @@ from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_ove
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
 from pepsi_dispatch.coordinator.comeback import Comeback
-from pepsi_dispatch.coordinator.database.calls import DELAYED, Database
+from pepsi_dispatch.coordinator.database.calls import DELAYED, TRY_NOW, Database
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
 from pepsi_dispatch.coordinator.database.isolation import Isolation
@@ -309,6 +309,8 @@ class Dispatcher:
         for channel in channels:
             if channel == "config_changed":
                 self.reload_pending = True
+            elif channel.startswith(TRY_NOW):  # a stage resumed: "try now"
+                self.supervisor.end_hold_offs("resumed", channel.removeprefix(TRY_NOW))
             else:
                 # An insert that took a low id may commit after a claim passed it.
                 self.ledger.rescan()
@@ -503,6 +505,10 @@ class Dispatcher:
             self.config = replace(self.config, schedules=new.schedules, sections=new.sections)
         if only_if_changed and new.stages == self.config.stages:
             return
+        # A reload is the operator's "try now" for every stage, whatever changed.
+        self.supervisor.end_hold_offs(
+            "SIGHUP" if cause is ReloadCause.SIGHUP else "configuration reloaded"
+        )
         if (
             cause is ReloadCause.NOTIFIED
             and new.stages == self.config.stages

@@ -15,7 +15,7 @@ from pepsi_dispatch.errors import FatalError, UsageError
 if TYPE_CHECKING:
     from pepsi_dispatch.config import Config
 
-__all__ = ["check_access", "config_files", "drop_privileges", "log_files"]
+__all__ = ["check_access", "config_files", "drop_privileges", "hand_over_logs", "log_files"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ def drop_privileges(user: str) -> None:
     if pw.pw_uid == 0:
         log.warning("SERVICE_USER '%s' is root: not dropping privileges", user)
         return
+    hand_over_logs(pw.pw_uid, pw.pw_gid)
     try:
         groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
         os.setgroups(groups)
@@ -96,6 +97,28 @@ def log_files() -> list[str]:
         for h in logging.getLogger().handlers
         if isinstance(h, logging.handlers.WatchedFileHandler)
     ]
+
+
+def hand_over_logs(uid: int, gid: int) -> list[str]:
+    """Give the log files this process created (``-l``, opened as root before the
+    drop) to the service user, so it can reopen them after a rotation; a file
+    that existed keeps its owner. Returns the paths handed over.
+
+    Raises:
+        UsageError: a created file cannot be given away (exit 2).
+    """
+    done: list[str] = []
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.handlers.WatchedFileHandler) and getattr(h, "created", False):
+            try:
+                os.chown(h.baseFilename, uid, gid)
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot give log file '{h.baseFilename}' to uid {uid}: {exc}"
+                ) from None
+            h.created = False  # type: ignore[attr-defined]
+            done.append(h.baseFilename)
+    return done
 
 
 def check_access(config: Iterable[str], logs: Iterable[str]) -> None:

@@ -144,8 +144,8 @@ the systemd unit, under the installation prefix (a venv: \\fB/opt/pepsi/share/..
 
 _QUEUE_EXTRA = """.SH ROLES
 People use a login role that is a member of \\fBpepsi_operator\\fR: it reads the
-queue, enqueues, lists, shows, requeues, cancels and purges, and cannot claim,
-release or move a running message. An error for a missing privilege names
+queue, enqueues, lists, shows, requeues, cancels and purges, pauses and resumes
+stages, and cannot claim, release or move a running message. An error for a missing privilege names
 the role to grant. \\fBmigrate\\fR needs the schema owner (a superuser the first time).
 .SH DURATIONS
 \\fB\\-\\-in\\fR, \\fB\\-\\-older\\-than\\fR and \\fB\\-\\-interval\\fR take
@@ -192,8 +192,10 @@ the dashboard's JSON: \\fB/api/overview\\fR, \\fB/api/messages\\fR (with
 \\fBPOST /api/...\\fR
 the dashboard's buttons, only with \\-\\-allow\\-actions (else 403), each one
 \\fBpepsi.dashboard_*\\fR function: \\fB/api/requeue\\fR and \\fB/api/cancel\\fR
-\\fB{"ids": [...]}\\fR, \\fB/api/pause\\fR \\fB{"stage": S, "paused": true}\\fR
-(false resumes), \\fB/api/reschedule\\fR \\fB{"id": N, "in_seconds": S}\\fR.
+\\fB{"ids": [...]}\\fR, \\fB/api/reschedule\\fR \\fB{"id": N, "in_seconds": S}\\fR;
+\\fB/api/pause\\fR \\fB{"stage": S, "paused": true}\\fR calls
+\\fBpepsi.pause_stage\\fR, as \\fBpepsi\\-queue pause\\fR does (false resumes the
+stage and ends its hold\\-off at once: the Resume and Try now buttons).
 .SH HEALTH CHECK
 \\fB/healthz\\fR answers 200 while the database answers, at least one
 registered dispatcher is live (its session connected) and some session holds
@@ -223,10 +225,20 @@ A connection has \\-\\-request\\-timeout seconds to deliver its whole request;
 at most \\-\\-max\\-connections are open (lowered to fit the open\\-file limit),
 and at the cap the connection that has waited longest for its request is
 closed, so /healthz and /metrics keep answering.
+.SH LOGGING
+One line per record on stderr (under systemd, with the journal's priorities),
+or appended to \\fB\\-l\\fR \\fILOGFILE\\fR, as \\fBpepsi\\-dispatch\\fR(1) does: the
+file is created if missing and reopened when logrotate moves it.
 .SH EXIT STATUS
 0 after SIGINT or SIGTERM (and for \\-h, \\-v); 2 for usage and configuration
-errors (a bad \\-\\-listen, an address in use, an unreadable configuration); 1 for
-fatal runtime errors. Errors are one line on stderr.
+errors (a bad \\-\\-listen, an address in use, an unreadable configuration, a log
+file that cannot be opened); 1 for fatal runtime errors. Errors are one line on
+stderr.
+.SH FILES
+.TP
+\\fBshare/pepsi\\-dispatch/systemd/pepsi\\-httpd.service\\fR
+the systemd unit, under the installation prefix (a venv:
+\\fB/opt/pepsi/share/...\\fR); its DSN comes from \\fB/etc/pepsi\\-httpd.env\\fR.
 .SH ENVIRONMENT
 .TP
 \\fBPEPSI_DSN\\fR

@@ -389,9 +389,9 @@ class App:
         return self.query("SELECT pepsi.dashboard_schedules() AS s")[0]["s"]
 
     def pause(self, stage: str, paused: bool) -> bool:
-        changed = self.query("SELECT pepsi.dashboard_pause_stage(%s, %s) AS c", (stage, paused))[0][
-            "c"
-        ]
+        """``pause_stage`` (as ``pepsi-queue pause/resume``): True when the overlay
+        changed. Resuming also ends the stage's hold-off (the Try now button)."""
+        changed = self.query("SELECT pepsi.pause_stage(%s, %s) AS c", (stage, paused))[0]["c"]
         self.invalidate()
         return changed
 

@@ -1,6 +1,5 @@
-"""``pepsi-httpd [-c FILE] [--listen HOST:PORT] [--allow-actions] [--allowed-host NAME]...``.
-
-The HTTP front end.
+"""The HTTP front end: ``pepsi-httpd [-c FILE] [-l LOGFILE] [--listen HOST:PORT]
+[--allow-actions] [--allowed-host NAME]...``.
 
 Routes:
   GET  /metrics            Prometheus text (exposition.py)
@@ -15,7 +14,9 @@ Routes:
        /api/failures?reason=&stage=, /api/message/ID, /api/schedules   JSON for the dashboard
   POST /api/requeue {"ids": [...]}, /api/cancel {"ids": [...]},
        /api/pause {"stage": S, "paused": bool}, /api/reschedule {"id": N, "in_seconds": S}
-       only with --allow-actions (else 403); each is one pepsi.dashboard_* function.
+       only with --allow-actions (else 403); each is one pepsi.dashboard_* function,
+       but /api/pause: pepsi.pause_stage, as pepsi-queue pause/resume (paused false
+       also ends the stage's hold-off: the Try now button)
 
 Every request, read or action, must name this server in its Host header (the
 listen address, localhost, or an --allowed-host name; guard.py), and an Origin
@@ -45,6 +46,7 @@ import click
 import psycopg
 
 from .. import __version__
+from ..cli.logsetup import setup_logging
 from ..cli.messages import MESSAGE_LIST_MAX_ROWS, STATUSES
 from ..cli.shell import config_option, run_click, version_option
 from ..config import ConfigError, load_config, parse_time
@@ -275,7 +277,7 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/api/pause":
                 stage = body["stage"]
                 paused = body["paused"]
-                if not isinstance(paused, bool):  # the stage: dashboard_pause_stage checks
+                if not isinstance(paused, bool):  # the stage: pause_stage checks
                     raise ValueError("'paused' must be true or false")
                 changed = self.app.pause(stage, paused)
                 self._json(200, {"changed": changed})
@@ -421,6 +423,12 @@ def make_server(
     f" else {HELD_OFF_LIMIT:.0f} s).",
 )
 @click.option("-L", "--log-level", default="INFO", show_default=True, help="Logging level.")
+@click.option(
+    "-l",
+    "--logfile",
+    metavar="LOGFILE",
+    help="Append the log here instead of stderr (reopened when logrotate moves it).",
+)
 @version_option(PROG)
 def cli(
     config_path: str | None,
@@ -431,12 +439,14 @@ def cli(
     request_timeout: float,
     held_off_limit: str | None,
     log_level: str,
+    logfile: str | None,
 ) -> int:
     """Serve /metrics, /healthz and the web dashboard of a pepsi work queue; needs only a DSN."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s pepsi-httpd %(levelname)s %(message)s"
-    )
     config = load_config(config_path)
+    # As pepsi-dispatch -l: one line per record, to stderr (the journal's levels
+    # under systemd) or appended to LOGFILE, reopened after a rotation; a file that
+    # cannot be opened is a usage error (exit 2).
+    setup_logging(log_level, logfile, "text", PROG)
     limit = _held_off_limit(held_off_limit, config.sections.get("pepsi-httpd", {}))
     app = App(config.dsn, allow_actions, limit)
     try:

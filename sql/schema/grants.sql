@@ -108,6 +108,12 @@ GRANT EXECUTE ON FUNCTION
     pepsi.schedules()
 TO pepsi_dispatcher, pepsi_operator;
 
+-- Pausing and resuming a stage (and ending its hold-off): pepsi-queue
+-- pause/resume and the dashboard's buttons, one function for both.
+GRANT EXECUTE ON FUNCTION
+    pepsi.pause_stage(text, boolean)
+TO pepsi_dispatcher, pepsi_operator, pepsi_dashboard;
+
 -- Reading messages: operators, the dispatcher's role (operators used it
 -- before pepsi_operator existed) and pepsi-httpd.
 GRANT EXECUTE ON FUNCTION
@@ -125,7 +131,6 @@ GRANT EXECUTE ON FUNCTION
     pepsi.dashboard_message(bigint),
     pepsi.dashboard_requeue(bigint[]),
     pepsi.dashboard_cancel(bigint[]),
-    pepsi.dashboard_pause_stage(text, boolean),
     pepsi.dashboard_reschedule(bigint, timestamptz),
     pepsi.dashboard_schedules()
 TO pepsi_dashboard;

@@ -16,7 +16,7 @@ SELECT ok(NOT has_table_privilege('pepsi_dashboard', 'pepsi.workqueue', 'SELECT'
       AND NOT has_function_privilege('pepsi_dashboard', 'pepsi.requeue_failed(text, bigint[])', 'EXECUTE'),
           'pepsi_dashboard reads no table and cannot claim or call requeue_failed directly');
 SELECT ok(NOT has_function_privilege('pepsi_stage', 'pepsi.dashboard_snapshot(interval)', 'EXECUTE')
-      AND NOT has_function_privilege('public', 'pepsi.dashboard_pause_stage(text, boolean)', 'EXECUTE'),
+      AND NOT has_function_privilege('public', 'pepsi.pause_stage(text, boolean)', 'EXECUTE'),
           'other roles cannot call the dashboard functions');
 SELECT ok(has_function_privilege('pepsi_dispatcher', 'pepsi.heartbeat(bigint, jsonb)', 'EXECUTE'),
           'pepsi_dispatcher executes heartbeat v3');
@@ -81,11 +81,11 @@ SELECT results_eq(format('SELECT status, state ->> ''error'', timeout FROM pepsi
     $$VALUES ('failed'::text, 'cancelled by operator'::text, NULL::timestamptz)$$,
     'a cancelled row is failed, cancelled by operator');
 SELECT pepsi.register_stages(:d, ARRAY['a'], NULL, NULL, NULL, NULL, NULL, NULL);
-SELECT is(pepsi.dashboard_pause_stage('a', true), true, 'pause a stage');
+SELECT is(pepsi.pause_stage('a', true), true, 'pause a stage');
 SELECT is((SELECT value FROM pepsi.config WHERE section = 'stage-a' AND option = 'PAUSED'), 'yes',
           'a paused stage is an overlay row');
-SELECT is(pepsi.dashboard_pause_stage('a', false), true, 'resume removes it');
-SELECT throws_ok($$SELECT pepsi.dashboard_pause_stage('a b', true)$$, '22023', NULL,
+SELECT is(pepsi.pause_stage('a', false), true, 'resume removes it');
+SELECT throws_ok($$SELECT pepsi.pause_stage('a b', true)$$, '22023', NULL,
                  'an invalid stage name is refused');
 
 SELECT * FROM finish();

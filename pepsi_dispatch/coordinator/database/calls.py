@@ -69,6 +69,21 @@ CHANNELS: Final = ("workqueue", "config_changed")
 #: What :meth:`Database.notifications` returns for NOTIFY workqueue, 'delayed'
 #: (pepsi.enqueue of a delayed message: run requeue_due to learn its due time).
 DELAYED: Final = "workqueue:delayed"
+#: What :meth:`Database.notifications` returns, followed by the stage's name, for
+#: NOTIFY config_changed, 'try_now:STAGE' (pepsi.pause_stage resuming a stage:
+#: end its hold-off now). Not a reload: the overlay may not have changed.
+TRY_NOW: Final = "try_now:"
+
+
+def _notification(channel: str, payload: str) -> str:
+    """What the loop acts on for one notification: its channel, or DELAYED, or
+    TRY_NOW + stage."""
+    if channel == "workqueue" and payload == "delayed":
+        return DELAYED
+    if channel == "config_changed" and payload.startswith(TRY_NOW):
+        return payload
+    return channel
+
 
 #: Transient errors the retry helper re-runs (40001, 40P01).
 TRANSIENT: Final = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
@@ -344,12 +359,10 @@ class Database:
 
     def notifications(self) -> list[str]:
         """Drain pending notifications without blocking; returns their channels
-        (:data:`DELAYED` for a delayed message's)."""
+        (:data:`DELAYED` for a delayed message's, :data:`TRY_NOW` and the stage
+        for a resumed stage's)."""
         assert self.listen is not None
-        return [
-            DELAYED if n.channel == "workqueue" and n.payload == "delayed" else n.channel
-            for n in self.listen.notifies(timeout=0)
-        ]
+        return [_notification(n.channel, n.payload) for n in self.listen.notifies(timeout=0)]
 
     def ping_listen(self) -> None:
         """A trivial statement on the listen connection, so a dead link shows up."""

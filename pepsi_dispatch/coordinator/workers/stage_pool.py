@@ -449,6 +449,20 @@ class StagePool:
         self.held_since = None
         self.held_cause = None
 
+    def end_hold_off(self, why: str) -> bool:
+        """End the stage's hold-off now (``why``: a resume's "try now", a reload):
+        no cooldown, the backoff back to its first delay, the health ``serving``
+        again. A program still broken is held off anew at its next failure, for
+        1 s first. True when the stage was held off (then logged)."""
+        held = self.held_since is not None or self.cooldown_until > 0.0
+        self.cooldown_until = 0.0
+        self.cooldown.reset()
+        self.held_since = None
+        self.held_cause = None
+        if held:
+            log.info("stage %s: hold-off ended (%s), starting workers again", self.name, why)
+        return held
+
     def take_history(self, old: StagePool) -> None:
         """After a reload: the cooldown and hold-off of the stage's previous pool
         (called before its template is ended), and whether to probe: only when

@@ -176,6 +176,15 @@ class Supervisor:
         if pool is not None:
             pool.start_cooldown(now, why)
 
+    def end_hold_offs(self, why: str, stage: str | None = None) -> int:
+        """End the hold-off of ``stage`` (None: of every stage) at once -- a
+        resume's "try now", a reload -- and claim for it; how many were held off."""
+        pools = self.pools.values() if stage is None else [self.pools.get(stage)]
+        n = sum(1 for pool in pools if pool is not None and pool.end_hold_off(why))
+        if n:
+            self.ledger.want_claim()  # their free slots count again
+        return n
+
     # == timers =================================================================
     def next_deadline(self, now: float) -> float:
         """The earliest of the watchdog table's rows, the warm workers' duty

@@ -294,6 +294,9 @@ async function overview() {
         class="pause" ${ALLOW ? "" : "disabled hidden"}>${st.paused ? "Resume" : "Pause"}</button>` : "";
     const h = st.health || {};
     const held = state === "held_off" || state === "no_worker";
+    // Try now: resume the stage (pause_stage), which ends its hold-off at once.
+    const tryNow = held && st.registered && ALLOW ? ` <button id="trynow-${esc(n)}" data-stage="${esc(n)}"
+        class="trynow" title="end the hold-off: start a worker now (after fixing its program)">Try now</button>` : "";
     return `<tr data-stage="${esc(n)}"><td><a href="/messages?stage=${encodeURIComponent(n)}">${esc(n)}</a>
       ${st.registered ? "" : ' <span class="muted">(not registered)</span>'}</td>
       <td data-health="${esc(state)}">${badge(HEALTH_TEXT[state] || state)}${held ?
@@ -304,7 +307,7 @@ async function overview() {
       <td class="num" data-due>${d.retries_due[n] || 0}</td>
       <td class="num" data-processed>${s.processed ?? 0}</td>
       <td class="num" data-failures>${(s.failed ?? 0) + (s.timeouts ?? 0) + (s.crashes ?? 0)}</td>
-      <td>${btn}</td></tr>`;
+      <td>${btn}${tryNow}</td></tr>`;
   }).join("");
   const disp = d.dispatchers.map((x) => `<tr data-dispatcher="${x.dispatcher_id}">
       <td>${x.dispatcher_id}</td><td>${esc(x.hostname)}</td><td>${x.pid}</td>
@@ -344,7 +347,15 @@ async function overview() {
       const pause = b.dataset.paused !== "1";
       const r = await act("/api/pause", { stage: b.dataset.stage, paused: pause },
         `${pause ? "Pause" : "Resume"} stage ${b.dataset.stage}?` +
-        (pause ? " Running messages finish; nothing new is claimed." : ""));
+        (pause ? " Running messages finish; nothing new is claimed." : " Its hold-off, if any, ends too."));
+      if (r) await refresh();
+    });
+  }
+  for (const b of main.querySelectorAll("button.trynow")) {
+    b.onclick = () => guarded(async () => {
+      const r = await act("/api/pause", { stage: b.dataset.stage, paused: false },
+        `Try stage ${b.dataset.stage} now? Its hold-off ends and a worker is started at once` +
+        " (fix its program first).");
       if (r) await refresh();
     });
   }

@@ -16,6 +16,7 @@ files are not processed, so the import resolves to the wheel).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,8 +185,12 @@ def test_wheel_migrate_check_and_pipeline(
         "man5/pepsi.conf.5",
     ):
         assert (top / "venv" / "share" / "man" / page).is_file(), page
-    unit = top / "venv" / "share" / "pepsi-dispatch" / "systemd" / "pepsi-dispatch.service"
+    units = top / "venv" / "share" / "pepsi-dispatch" / "systemd"
+    unit = units / "pepsi-dispatch.service"
     assert "ExecStartPre=" in unit.read_text(), "the systemd unit ships in the wheel"
+    httpd_unit = (units / "pepsi-httpd.service").read_text()
+    assert "ExecStart=/usr/local/bin/pepsi-httpd " in httpd_unit, "pepsi-httpd's unit beside it"
+    assert "EnvironmentFile=/etc/pepsi-httpd.env" in httpd_unit
 
     # The schema from the installed package alone, into an empty database.
     ddl = sh([str(bin_ / "pepsi-queue"), "migrate", "--sql"], app, env).stdout
@@ -264,11 +270,50 @@ def test_wheel_migrate_check_and_pipeline(
         log.close()
     text = (app / "dispatch.log").read_text()
     assert "ERROR" not in text, text[-3000:]
+    _httpd_as_the_readme_web_role(bin_ / "pepsi-httpd", app, env, empty_dsn)
+
+
+def _httpd_as_the_readme_web_role(
+    httpd: Path, app: Path, env: dict[str, str], superuser_dsn: str
+) -> None:
+    """The installed pepsi-httpd, as the README's pepsi_dashboard login role, logging
+    to a file it creates (-l): /metrics answers with the stage the pipeline ran."""
+    web_dsn = make_conninfo(
+        superuser_dsn, user=_role_names(superuser_dsn)["web"], password="change-me"
+    )
+    logfile = app / "logs" / "httpd.log"
+    logfile.parent.mkdir()
+    p = subprocess.Popen(
+        [str(httpd), "-l", str(logfile), "--listen", "127.0.0.1:0"],
+        cwd=app,
+        env={**env, "PEPSI_DSN": web_dsn},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        port = None
+        while port is None and time.monotonic() < deadline and p.poll() is None:
+            text = logfile.read_text() if logfile.exists() else ""
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", text)
+            port = int(found.group(1)) if found else None
+            time.sleep(0.1)
+        assert port, (p.poll(), logfile.read_text() if logfile.exists() else "no log file")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            metrics = r.read().decode()
+        assert 'pepsi_stage_processed_total{stage="parse"}' in metrics, metrics[:3000]
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    assert err == b"", err  # everything went to the file
+    assert "INFO pepsi-httpd[" in logfile.read_text()
 
 
 def _role_names(superuser_dsn: str) -> dict[str, str]:
     db = conninfo_to_dict(superuser_dsn)["dbname"]
-    return {"dispatcher": f"{db}_d", "worker": f"{db}_w", "operator": f"{db}_o"}
+    return {"dispatcher": f"{db}_d", "worker": f"{db}_w", "operator": f"{db}_o", "web": f"{db}_h"}
 
 
 def drop_roles(superuser_dsn: str) -> None:
@@ -293,6 +338,9 @@ def readme_roles(superuser_dsn: str) -> tuple[str, str, str]:
             f"CREATE ROLE {names['worker']} LOGIN PASSWORD 'change-me' IN ROLE pepsi_stage"
         )
         conn.execute(f"CREATE ROLE {names['operator']} LOGIN IN ROLE pepsi_operator")
+        conn.execute(
+            f"CREATE ROLE {names['web']} LOGIN PASSWORD 'change-me' IN ROLE pepsi_dashboard"
+        )
         conn.execute(f"GRANT ALL ON public.saved TO {names['worker']}")
     host = params.get("host", "127.0.0.1")
     port = params.get("port", "5432")

@@ -5,7 +5,8 @@ Loads each page, checks the numbers shown against the database, pauses and resum
 stage, requeues a failed message and cancels a pending one (accepting each confirm), and
 saves screenshots under the test's tmp_path. Also: the message list with its filters,
 the id search box and actions on a selection; a stage held off (its PROGRAM removed)
-marked on the graph, the stage table and the banner. Chromium missing is a failure, not
+marked on the graph, the stage table and the banner; its Try now button, and
+Pause and Resume with what the stage then shows. Chromium missing is a failure, not
 a skip: `make system-deps` installs it. PEPSI_DOCS_SCREENSHOTS=DIR also writes the
 screenshots of docs/ there (that is how docs/dashboard*.png are made).
 """
@@ -13,8 +14,10 @@ screenshots of docs/ there (that is how docs/dashboard*.png are made).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -378,6 +381,62 @@ def test_held_off_stage_in_the_dashboard(
         assert "stage a: held off, no worker running since" in status, status
         browser.save_screenshot(str(tmp_path / "held-off.png"))
         docs_shot(browser, "dashboard-held-off.png")
+    finally:
+        srv.stop()
+
+
+def test_pause_resume_and_try_now_buttons(
+    h: Harness, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    """Try now ends a held-off stage's hold-off (its program fixed meanwhile): the
+    message is done long before the cooldown would have ended, and the stage
+    shows serving; Pause and Resume show paused and serving again, with the
+    paused stage's rows pending meanwhile."""
+    prog = tmp_path / "stage-a"
+    prog.write_text("#!/bin/sh\necho 'cannot start: config missing' >&2\nexit 3\n")
+    prog.chmod(0o755)
+    stages = {"a": {"PROGRAM": str(prog)}, "b": {"PROGRAM": h.program()}}
+    d = h.start(h.conf(stages, poll_interval="1 s"))
+    srv = Httpd(d.conf, h.dsn, tmp_path / "httpd.log", allow_actions=True)
+    try:
+        [wid] = h.enqueue("a", 1)
+        browser.get(srv.base + "/")
+        # Held off, and long enough that the cooldown's own end is 8 s away or more.
+        pattern = re.compile(r"stage a: .*holding off new workers for (\d+) s")
+        wait_until(
+            lambda: any(int(m.group(1)) >= 8 for m in pattern.finditer(d.log())), 60, 0.05, d.tail
+        )
+        seen = time.monotonic()
+        wait_until(lambda: browser.find_elements(By.ID, "trynow-a"), 10, 0.1, d.tail)
+        assert not browser.find_elements(By.ID, "trynow-b")  # b serves: no button
+        prog.write_text(f'#!/bin/sh\nexec {h.program()} "$@"\n')
+        click(browser, "#trynow-a")
+        assert "Try stage a now?" in accept_confirm(browser)
+        wait_until(lambda: h.row(wid)["status"] == "done", 8, 0.05, d.tail)
+        assert time.monotonic() - seen < 8, "done only at the cooldown's end"
+        cell = '#stages tr[data-stage="a"] td[data-health="serving"]'
+        wait_until(lambda: text_of(browser, cell) == "serving", 10, 0.1, d.tail)
+        assert not browser.find_elements(By.ID, "trynow-a")
+
+        click(browser, "#pause-b")
+        assert "Pause stage b?" in accept_confirm(browser)
+        wait_until(lambda: text_of(browser, "#pause-b") == "Resume", 10)
+        paused = '#stages tr[data-stage="b"] td[data-health="paused"]'
+        wait_until(lambda: text_of(browser, paused) == "paused", 10, 0.1, d.tail)
+        [waiting] = h.enqueue("b", 1)
+        wait_until(
+            lambda: text_of(browser, '#stages tr[data-stage="b"] td[data-count="pending"]') == "1",
+            10,
+        )
+        assert h.row(waiting)["status"] == "pending"
+        browser.save_screenshot(str(tmp_path / "paused.png"))
+
+        click(browser, "#pause-b")
+        assert "Resume stage b?" in accept_confirm(browser)
+        wait_until(lambda: h.row(waiting)["status"] == "done", 15, 0.1, d.tail)
+        wait_until(lambda: text_of(browser, "#pause-b") == "Pause", 10)
+        serving = '#stages tr[data-stage="b"] td[data-health="serving"]'
+        wait_until(lambda: text_of(browser, serving) == "serving", 10, 0.1, d.tail)
     finally:
         srv.stop()
 
