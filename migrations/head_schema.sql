@@ -236,7 +236,7 @@ CREATE FUNCTION pepsi._reserved_state_keys() RETURNS text[]
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     AS $$
     SELECT ARRAY['dispatch_error', 'delayed_until', 'retry_error', 'previous_error',
-                 'cancelled_status', 'scheduled_for']::text[]
+                 'cancelled_status', 'scheduled_for', 'scheduled_by']::text[]
 $$;
 
 CREATE FUNCTION pepsi._retry_cap(stage text, stages text[], max_retries integer[], default_max_retries integer) RETURNS integer
@@ -1054,7 +1054,8 @@ BEGIN
             INSERT INTO pepsi.workqueue AS w (stage, payload, priority, dedupe_key, state)
             VALUES (fire_schedule.stage, coalesce(fire_schedule.payload, '{}'),
                     coalesce(fire_schedule.priority, 0), fire_schedule.dedupe_key,
-                    jsonb_build_object('scheduled_for', t))
+                    jsonb_build_object('scheduled_for', t,
+                                       'scheduled_by', fire_schedule.name))
             ON CONFLICT (dedupe_key)
                WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running', 'paused')
                DO NOTHING
@@ -1310,7 +1311,7 @@ BEGIN
      ORDER BY a.attempt DESC LIMIT 1;
     IF last_stage IS NOT NULL AND last_stage <> w.stage THEN
         RETURN QUERY SELECT NULL::integer, last_stage, NULL::timestamptz, NULL::timestamptz,
-                            'advanced'::text, 'to ' || w.stage, NULL::text;
+                            'left'::text, 'now at stage ' || w.stage, NULL::text;
     END IF;
     IF w.status = 'done' THEN
         RETURN QUERY SELECT NULL::integer, w.stage, NULL::timestamptz, w.updated_at,
@@ -1886,7 +1887,7 @@ BEGIN
                                  THEN w.state || '{"dispatch_error": "expired"}'
                             WHEN due.is_exhausted
                                  THEN w.state || '{"dispatch_error": "retries exhausted"}'
-                            ELSE w.state - 'delayed_until' END,
+                            ELSE w.state - 'delayed_until' - 'pause_reason' END,
                timeout = NULL,
                updated_at = now()
           FROM due

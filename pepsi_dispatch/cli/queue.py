@@ -420,6 +420,9 @@ def _story_lines(m: dict[str, Any]) -> list[str]:
         lines.append(f"  due         {m['timeout']}  (in {_age(m['due_in'])})")
     if m["dispatcher_id"] is not None:
         lines.append(f"  held by     dispatcher {m['dispatcher_id']}")
+    by = (m["state"] or {}).get("scheduled_by")
+    if by is not None:
+        lines.append(f"  scheduled   by [schedule-{by}], tick {m['state'].get('scheduled_for')}")
     if m["error"]:
         lines.append(f"  error       {m['error']}")
     for key, value in (m["errors"] or {}).items():

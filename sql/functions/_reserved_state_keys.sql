@@ -15,6 +15,8 @@
 --     cancelled_status  the status a cancelled message had (cancel)
 --     scheduled_for     the tick of a message a schedule enqueued
 --                       (fire_schedule)
+--     scheduled_by      the name of the schedule that enqueued it
+--                       (fire_schedule)
 --   pepsi.set_state refuses a patch with any of them (22023).
 --   Reads/writes: nothing.
 --   Callers: granted to nobody (set_state calls it).
@@ -24,5 +26,5 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pepsi, pg_catalog, pg_temp
 AS $$
     SELECT ARRAY['dispatch_error', 'delayed_until', 'retry_error', 'previous_error',
-                 'cancelled_status', 'scheduled_for']::text[]
+                 'cancelled_status', 'scheduled_for', 'scheduled_by']::text[]
 $$;

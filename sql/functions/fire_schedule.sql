@@ -7,8 +7,8 @@
 --   pepsi.schedule_ticks (created, settled through -infinity, when missing),
 --   every tick of ticks later than the row's settled_through is enqueued, in
 --   ascending order, as one message for stage with that payload and
---   priority and state->>'scheduled_for' = the tick (a reserved key, written
---   only here); then settled_through moves to the latest tick given and
+--   priority and state->>'scheduled_for' = the tick, state->>'scheduled_by'
+--   = the schedule's name (reserved keys, written only here); then settled_through moves to the latest tick given and
 --   last_tick to the latest tick enqueued, IN THE SAME TRANSACTION.  A second
 --   caller with the same ticks waits for the lock, then reads the committed
 --   row (READ COMMITTED) and enqueues nothing.
@@ -78,7 +78,8 @@ BEGIN
             INSERT INTO pepsi.workqueue AS w (stage, payload, priority, dedupe_key, state)
             VALUES (fire_schedule.stage, coalesce(fire_schedule.payload, '{}'),
                     coalesce(fire_schedule.priority, 0), fire_schedule.dedupe_key,
-                    jsonb_build_object('scheduled_for', t))
+                    jsonb_build_object('scheduled_for', t,
+                                       'scheduled_by', fire_schedule.name))
             ON CONFLICT (dedupe_key)
                WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running', 'paused')
                DO NOTHING

@@ -6,14 +6,16 @@
 --   in success: paused, failed, crash, timeout, released, cancelled,
 --   expired; see pepsi._record_attempt), then what the row itself says,
 --   since success is never recorded (it must not cost a write):
---     * 'advanced' from the last recorded attempt's stage, when the message
---       is at another stage now (ended_at NULL: not known), reason 'to STAGE';
+--     * 'left' the last recorded attempt's stage, when the message is at
+--       another stage now (ended_at NULL: not known), reason 'now at stage
+--       STAGE' (the stages between are not recorded, so this never says it
+--       went there directly);
 --     * 'done' for a done row (ended_at = updated_at), 'running' for a
 --       running one (started_at = updated_at).
 --   attempt numbers the recorded rows (1, 2, … as they happened; the oldest
 --   ones beyond 20 are dropped); derived rows have attempt NULL.  No rows
 --   for an unknown id.
---   Reads: pepsi.attempts (primary key), pepsi.workqueue (primary key).
+--   Reads: pepsi.attempts (primary key), pepsi.messages (primary keys).
 --   Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator, pepsi_dashboard (SECURITY DEFINER).
 CREATE OR REPLACE FUNCTION pepsi.message_history(id bigint)
@@ -41,7 +43,7 @@ BEGIN
      ORDER BY a.attempt DESC LIMIT 1;
     IF last_stage IS NOT NULL AND last_stage <> w.stage THEN
         RETURN QUERY SELECT NULL::integer, last_stage, NULL::timestamptz, NULL::timestamptz,
-                            'advanced'::text, 'to ' || w.stage, NULL::text;
+                            'left'::text, 'now at stage ' || w.stage, NULL::text;
     END IF;
     IF w.status = 'done' THEN
         RETURN QUERY SELECT NULL::integer, w.stage, NULL::timestamptz, w.updated_at,

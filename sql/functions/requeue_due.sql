@@ -12,6 +12,9 @@
 --     created_at < now() - expiry               → 'expired'  (dispatch_error 'expired')
 --     retries >= max retries of its stage       → 'failed'   (dispatch_error 'retries exhausted')
 --     otherwise                                 → 'pending', retries + 1, timeout NULL
+--   A row made pending loses state.pause_reason (it is no longer paused; the
+--   reason stays in its history, pepsi.attempts), so a message that later
+--   ends done carries no stale pause reason.
 --   The max retries of a stage (pepsi._retry_cap): with stages NULL -- what
 --   the dispatcher passes -- the stage registry's (pepsi.stages.max_retries,
 --   the same source record_dispatch_error reads), else default_max_retries,
@@ -101,7 +104,7 @@ BEGIN
                                  THEN w.state || '{"dispatch_error": "expired"}'
                             WHEN due.is_exhausted
                                  THEN w.state || '{"dispatch_error": "retries exhausted"}'
-                            ELSE w.state - 'delayed_until' END,
+                            ELSE w.state - 'delayed_until' - 'pause_reason' END,
                timeout = NULL,
                updated_at = now()
           FROM due

@@ -56,7 +56,7 @@ SELECT results_eq(format($$SELECT attempt, stage, outcome, reason, traceback IS 
              (2, 's', 'crash', 'worker killed by signal SIGSEGV', false, true, true),
              (3, 's', 'released', NULL, false, true, true),
              (4, 's', 'failed', '1 RuntimeError: upstream exploded', true, true, true),
-             (NULL, 's', 'advanced', 'to t', false, false, false),
+             (NULL, 's', 'left', 'now at stage t', false, false, false),
              (NULL, 't', 'done', NULL, false, false, true)$$,
     'history across a pause, a crash, a release and a failure, then success');
 SELECT is((SELECT traceback FROM pepsi.message_history(:m) WHERE attempt = 4),

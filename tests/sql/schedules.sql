@@ -34,9 +34,9 @@ SELECT * FROM pepsi.fire_schedule('minutely',
 SELECT is((SELECT count(*)::int FROM f1), 2, 'two distinct due ticks: two messages');
 SELECT results_eq($$SELECT w.stage, w.payload, w.priority, w.state, w.status
                       FROM f1 JOIN pepsi.workqueue w USING (workqueue_id) ORDER BY f1.tick$$,
-    $$VALUES ('s'::text, '{"job": "tidy"}'::jsonb, 4, jsonb_build_object('scheduled_for', now() - interval '2 min'), 'pending'::text),
-             ('s', '{"job": "tidy"}', 4, jsonb_build_object('scheduled_for', now() - interval '1 min'), 'pending')$$,
-    'each carries its stage, payload, priority and state.scheduled_for = its tick');
+    $$VALUES ('s'::text, '{"job": "tidy"}'::jsonb, 4, jsonb_build_object('scheduled_for', now() - interval '2 min', 'scheduled_by', 'minutely'), 'pending'::text),
+             ('s', '{"job": "tidy"}', 4, jsonb_build_object('scheduled_for', now() - interval '1 min', 'scheduled_by', 'minutely'), 'pending')$$,
+    'each carries its stage, payload, priority and state.scheduled_for = its tick, scheduled_by = its name');
 SELECT ok((SELECT bool_and(inserted) FROM f1), 'both were inserted');
 SELECT results_eq($$SELECT last_tick, settled_through, next_tick FROM pepsi.schedule_ticks WHERE name = 'minutely'$$,
     $$VALUES (now() - interval '1 min', now() - interval '1 min', now() + interval '1 min')$$,

@@ -35,7 +35,7 @@ SELECT results_eq(format('SELECT status, retries, state->>''dispatch_error'' FRO
 -- Every reserved key is refused, with a message naming the key.
 SELECT is(pepsi._reserved_state_keys(),
           ARRAY['dispatch_error', 'delayed_until', 'retry_error', 'previous_error', 'cancelled_status',
-                'scheduled_for'],
+                'scheduled_for', 'scheduled_by'],
           'the reserved keys, listed once');
 SELECT ok(bool_and(r.refused), 'set_state refuses each reserved key (22023)')
   FROM (SELECT k, pg_temp.refused(format('SELECT pepsi.set_state(%s, ''s'', %L::jsonb, 7)', :b,
