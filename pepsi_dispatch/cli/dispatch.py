@@ -113,7 +113,7 @@ def _check(opts: _Options) -> int:
     """``serve --check``: each check's result on stdout; 0 if all pass, else 2."""
     from pepsi_dispatch.config import ConfigError, load_config
     from pepsi_dispatch.coordinator import checks
-    from pepsi_dispatch.coordinator.privileges import drop_privileges
+    from pepsi_dispatch.coordinator.privileges import config_files, drop_privileges
     from pepsi_dispatch.errors import PepsiError
 
     results: list[checks.Check] = []
@@ -154,6 +154,7 @@ def _check(opts: _Options) -> int:
         results.append(checks.Check("migrations", False, f"cannot read them: {exc}"))
     import psycopg  # noqa: F401 -- imported while still root, like serve
 
+    results.extend(checks.unit_read_checks(config_files(config), config.dispatch.service_user))
     try:
         drop_privileges(config.dispatch.service_user)
     except PepsiError as exc:

@@ -8,6 +8,7 @@ exits 0 or 2 without serving, like ``nginx -t``.
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import shlex
@@ -182,6 +183,69 @@ def _interpreter_problem(exe: str, head: bytes, search_path: str) -> str | None:
                     f" {current_user()}: {_why_not_executable(found)}"
                 )
     return None
+
+
+def readable_without_dac_override(path: str) -> bool:
+    """Could root read ``path`` by its mode bits alone, without CAP_DAC_OVERRIDE?
+
+    The shipped systemd unit keeps only CAP_SETUID and CAP_SETGID in the
+    capability bounding set, so the dispatcher, started as root, reads its
+    configuration as any user would: by owner, group and other bits (and the
+    search bit of every directory above). A root shell passes checks that the
+    unit then fails.
+    """
+    groups = {os.getegid(), *os.getgroups()}
+    target = os.path.abspath(path)
+    parents = [os.path.dirname(target)]
+    while parents[-1] != os.path.dirname(parents[-1]):
+        parents.append(os.path.dirname(parents[-1]))
+    wanted = [(target, 4), *((d, 1) for d in parents)]  # read the file, search each dir
+    for where, bit in wanted:
+        try:
+            st = os.stat(where)
+        except OSError:
+            return False
+        if st.st_uid == os.geteuid():
+            shift = 6
+        elif st.st_gid in groups:
+            shift = 3
+        else:
+            shift = 0
+        if not (st.st_mode >> shift) & bit:
+            return False
+    return True
+
+
+def _primary_group(user: str) -> str:
+    try:
+        return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+    except KeyError:
+        return "GROUP"
+
+
+def unit_read_checks(paths: Iterable[str], service_user: str) -> list[Check]:
+    """As root: each configuration file must be readable without CAP_DAC_OVERRIDE,
+    which the shipped systemd unit drops (its CapabilityBoundingSet keeps only
+    CAP_SETUID and CAP_SETGID). Checked before the privilege drop; no check
+    when not root."""
+    if os.geteuid() != 0:
+        return []
+    out = []
+    group = _primary_group(service_user)
+    for path in paths:
+        if readable_without_dac_override(path):
+            continue
+        out.append(
+            Check(
+                "configuration file",
+                False,
+                f"{path} is readable by root only through CAP_DAC_OVERRIDE, which the shipped"
+                " unit drops (CapabilityBoundingSet=CAP_SETUID CAP_SETGID): the service would"
+                f" fail to start; make it root's, readable by SERVICE_USER's group: chown"
+                f" root:{group} {path} && chmod 0640 {path}",
+            )
+        )
+    return out
 
 
 def program_checks(config: Config) -> list[Check]:
