@@ -129,6 +129,35 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pepsi._live_stats() RETURNS TABLE(stage text, processed bigint, failed bigint, timeouts bigint, crashes bigint, processing_seconds double precision)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH unflushed AS (
+        SELECT u.key AS stage,
+               sum(coalesce((u.value ->> 'processed')::bigint, 0)) AS processed,
+               sum(coalesce((u.value ->> 'failed')::bigint, 0)) AS failed,
+               sum(coalesce((u.value ->> 'timeouts')::bigint, 0)) AS timeouts,
+               sum(coalesce((u.value ->> 'crashes')::bigint, 0)) AS crashes,
+               sum(coalesce((u.value ->> 'seconds')::float8, 0)) AS seconds
+          FROM pepsi.dispatchers AS d
+         CROSS JOIN LATERAL jsonb_each(
+                   CASE WHEN jsonb_typeof(d.gauges -> 'unflushed' -> 'stages') = 'object'
+                        THEN d.gauges -> 'unflushed' -> 'stages' ELSE '{}' END) AS u
+         WHERE jsonb_typeof(u.value) = 'object'
+           AND pepsi._dispatcher_live(d.dispatcher_id)
+         GROUP BY u.key
+    )
+    SELECT coalesce(s.stage, u.stage),
+           (coalesce(s.processed, 0) + coalesce(u.processed, 0))::bigint,
+           (coalesce(s.failed, 0) + coalesce(u.failed, 0))::bigint,
+           (coalesce(s.timeouts, 0) + coalesce(u.timeouts, 0))::bigint,
+           (coalesce(s.crashes, 0) + coalesce(u.crashes, 0))::bigint,
+           coalesce(s.processing_seconds, 0) + coalesce(u.seconds, 0)
+      FROM pepsi.stage_stats AS s
+      FULL JOIN unflushed AS u ON u.stage = s.stage
+$$;
+
 CREATE FUNCTION pepsi._normalise_reason(reason text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -674,8 +703,30 @@ BEGIN
                                'stage', s.stage, 'processed', s.processed, 'failed', s.failed,
                                'timeouts', s.timeouts, 'crashes', s.crashes,
                                'processing_seconds', s.processing_seconds) ORDER BY s.stage)
-                               FROM pepsi.stage_stats AS s), '[]'),
-        'totals', (SELECT to_jsonb(d) - 'id' - 'updated_at' FROM pepsi.dispatch_stats AS d
+                               FROM pepsi._live_stats() AS s), '[]'),
+        'totals', (SELECT jsonb_build_object(
+                              'stage_runs', d.stage_runs + u.stage_runs,
+                              'messages', d.messages + u.messages,
+                              'failed', d.failed + s.failed, 'timeouts', d.timeouts + s.timeouts,
+                              'crashes', d.crashes + s.crashes,
+                              'requeued', d.requeued + u.requeued,
+                              'expired', d.expired + u.expired)
+                     FROM pepsi.dispatch_stats AS d,
+                          (SELECT coalesce(sum((g.x ->> 'stage_runs')::bigint), 0) AS stage_runs,
+                                  coalesce(sum((g.x ->> 'messages')::bigint), 0) AS messages,
+                                  coalesce(sum((g.x ->> 'requeued')::bigint), 0) AS requeued,
+                                  coalesce(sum((g.x ->> 'expired')::bigint), 0) AS expired
+                             FROM (SELECT dd.gauges -> 'unflushed' -> 'dispatch' AS x
+                                     FROM pepsi.dispatchers AS dd
+                                    WHERE pepsi._dispatcher_live(dd.dispatcher_id)) AS g
+                            WHERE jsonb_typeof(g.x) = 'object') AS u,
+                          (SELECT coalesce(sum(l.failed), 0) - coalesce((SELECT sum(ss.failed)
+                                      FROM pepsi.stage_stats AS ss), 0) AS failed,
+                                  coalesce(sum(l.timeouts), 0) - coalesce((SELECT sum(ss.timeouts)
+                                      FROM pepsi.stage_stats AS ss), 0) AS timeouts,
+                                  coalesce(sum(l.crashes), 0) - coalesce((SELECT sum(ss.crashes)
+                                      FROM pepsi.stage_stats AS ss), 0) AS crashes
+                             FROM pepsi._live_stats() AS l) AS s
                     WHERE d.id),
         'dispatchers', coalesce((SELECT jsonb_agg(jsonb_build_object(
                                'dispatcher_id', d.dispatcher_id, 'hostname', d.hostname,
@@ -1592,7 +1643,7 @@ BEGIN
          GROUP BY ws.key
     ), names AS (
         SELECT l.stage FROM live AS l
-        UNION SELECT ss.stage FROM pepsi.stage_stats AS ss
+        UNION SELECT ss.stage FROM pepsi._live_stats() AS ss
         UNION SELECT s.stage FROM pepsi.stages AS s
         UNION SELECT g.stage FROM gauged AS g
     )
@@ -1609,7 +1660,7 @@ BEGIN
            coalesce(g.stopping, 0)
       FROM names AS n
       LEFT JOIN live AS l ON l.stage = n.stage
-      LEFT JOIN pepsi.stage_stats AS ss ON ss.stage = n.stage
+      LEFT JOIN pepsi._live_stats() AS ss ON ss.stage = n.stage
       LEFT JOIN pepsi.stages AS s ON s.stage = n.stage
       LEFT JOIN gauged AS g ON g.stage = n.stage
      ORDER BY n.stage;
@@ -2502,6 +2553,8 @@ REVOKE ALL ON FUNCTION pepsi._dispatcher_hold(dispatcher_id bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pepsi._dispatcher_live(dispatcher_id bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text, paused_stages text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pepsi._live_stats() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pepsi._normalise_reason(reason text) FROM PUBLIC;
 

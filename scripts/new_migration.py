@@ -105,7 +105,13 @@ def _ordered(changes: list[Change]) -> list[Change]:
 
 def _upgrade_lines(changes: list[Change]) -> list[str]:
     call = {"functions": "install", "schema": "run"}
-    return [f'{call[c.kind]}(op, "{c.name}", {c.new})' for c in _ordered(changes)]
+    lines = [f'{call[c.kind]}(op, "{c.name}", {c.new})' for c in _ordered(changes)]
+    new_function = any(c.kind == "functions" and not c.old for c in changes)
+    grants = newest_revision("schema", "grants")
+    if new_function and grants and not any(c.name == "grants" for c in changes):
+        # A new function is executable by PUBLIC until the grants run again.
+        lines.append(f'run(op, "grants", {grants})')
+    return lines
 
 
 def _downgrade_lines(changes: list[Change]) -> list[str]:
@@ -129,9 +135,11 @@ def migration_text(title: str, revision: str, down: str, changes: list[Change]) 
         f"* {c.name} v{c.new}" + (f" (was v{c.old})" if c.old else " (new)")
         for c in _ordered(changes)
     )
-    uses = sorted({"install" if c.kind == "functions" else "run" for c in changes})
-    body_up = "\n    ".join(_upgrade_lines(changes))
-    body_down = "\n    ".join(_downgrade_lines(changes))
+    up_lines, down_lines = _upgrade_lines(changes), _downgrade_lines(changes)
+    calls = {line.split("(")[0] for line in [*up_lines, *down_lines]}
+    uses = sorted(calls & {"install", "run"})
+    body_up = "\n    ".join(up_lines)
+    body_down = "\n    ".join(down_lines)
     return f'''"""{title}
 
 Why: (say what this changes for users and why.)

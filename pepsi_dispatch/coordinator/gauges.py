@@ -110,4 +110,5 @@ def collect(
         "stage_runs": st.total_stage_runs,
         "db_round_trip_seconds": st.db_seconds.as_dict(),
         "service_seconds": {name: h.as_dict() for name, h in st.service.items()},
+        "unflushed": st.unflushed(),
     }

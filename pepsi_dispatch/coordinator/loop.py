@@ -157,6 +157,7 @@ class Dispatcher:
             self.dispatch_config.stats_interval,
             self.supervisor.busy,
             now,
+            self._flush_gauges,
         )
         self.settlement = Settlement(self.db, self.fence, self.ledger, self.stats)
         self.comeback = Comeback(
@@ -363,8 +364,18 @@ class Dispatcher:
             now,
         )
 
+    def _flush_gauges(self, now: float) -> tuple[int, dict[str, object]] | None:
+        """The gauges a statistics flush writes with it (none while stopping or
+        before registration: the heartbeat alone says we are alive then)."""
+        if self.shutting_down or self.dispatcher_id is None:
+            return None
+        return self.dispatcher_id, self._gauges(now)
+
     def _gauge_signature(self) -> tuple[object, ...]:
-        return gauges.signature(self.supervisor.pools, self.supervisor.leftover)
+        """What, when it changes, goes out early: workers and health, and the
+        unflushed statistics (so rates follow within about a second)."""
+        sig = gauges.signature(self.supervisor.pools, self.supervisor.leftover)
+        return (*sig, self.stats.unflushed_key())
 
     def _early_gauges(self, now: float) -> None:
         """Changed workers or stage health go out before the heartbeat (gauges.EarlyGauges)."""

@@ -15,8 +15,10 @@
 --     retries_due       {stage: paused rows whose timeout has passed}, 0 when
 --                       none, for every stage of queue
 --     stage_stats       [{stage, processed, failed, timeouts, crashes,
---                       processing_seconds}]
---     totals            the dispatch_stats row (stage_runs, messages, …)
+--                       processing_seconds}] as they are now (pepsi._live_stats:
+--                       stage_stats plus the live dispatchers' unflushed deltas)
+--     totals            the dispatch_stats row (stage_runs, messages, …), plus
+--                       the live dispatchers' unflushed deltas too
 --     dispatchers       [{dispatcher_id, hostname, pid, competing, started_at,
 --                       heartbeat_age, live, gauges}] (v5) of the live
 --                       dispatchers only: those whose session is there
@@ -127,8 +129,30 @@ BEGIN
                                'stage', s.stage, 'processed', s.processed, 'failed', s.failed,
                                'timeouts', s.timeouts, 'crashes', s.crashes,
                                'processing_seconds', s.processing_seconds) ORDER BY s.stage)
-                               FROM pepsi.stage_stats AS s), '[]'),
-        'totals', (SELECT to_jsonb(d) - 'id' - 'updated_at' FROM pepsi.dispatch_stats AS d
+                               FROM pepsi._live_stats() AS s), '[]'),
+        'totals', (SELECT jsonb_build_object(
+                              'stage_runs', d.stage_runs + u.stage_runs,
+                              'messages', d.messages + u.messages,
+                              'failed', d.failed + s.failed, 'timeouts', d.timeouts + s.timeouts,
+                              'crashes', d.crashes + s.crashes,
+                              'requeued', d.requeued + u.requeued,
+                              'expired', d.expired + u.expired)
+                     FROM pepsi.dispatch_stats AS d,
+                          (SELECT coalesce(sum((g.x ->> 'stage_runs')::bigint), 0) AS stage_runs,
+                                  coalesce(sum((g.x ->> 'messages')::bigint), 0) AS messages,
+                                  coalesce(sum((g.x ->> 'requeued')::bigint), 0) AS requeued,
+                                  coalesce(sum((g.x ->> 'expired')::bigint), 0) AS expired
+                             FROM (SELECT dd.gauges -> 'unflushed' -> 'dispatch' AS x
+                                     FROM pepsi.dispatchers AS dd
+                                    WHERE pepsi._dispatcher_live(dd.dispatcher_id)) AS g
+                            WHERE jsonb_typeof(g.x) = 'object') AS u,
+                          (SELECT coalesce(sum(l.failed), 0) - coalesce((SELECT sum(ss.failed)
+                                      FROM pepsi.stage_stats AS ss), 0) AS failed,
+                                  coalesce(sum(l.timeouts), 0) - coalesce((SELECT sum(ss.timeouts)
+                                      FROM pepsi.stage_stats AS ss), 0) AS timeouts,
+                                  coalesce(sum(l.crashes), 0) - coalesce((SELECT sum(ss.crashes)
+                                      FROM pepsi.stage_stats AS ss), 0) AS crashes
+                             FROM pepsi._live_stats() AS l) AS s
                     WHERE d.id),
         'dispatchers', coalesce((SELECT jsonb_agg(jsonb_build_object(
                                'dispatcher_id', d.dispatcher_id, 'hostname', d.hostname,

@@ -17,8 +17,9 @@
 --     done_last_minute    rows that finished ('done') at this stage in the
 --                         last 60 s (a live throughput that does not wait for
 --                         the dispatcher's statistics flush);
---     *_total, processing_seconds   pepsi.stage_stats totals (flushed by the
---                         dispatcher every STATS_INTERVAL and when idle);
+--     *_total, processing_seconds   the statistics as they are now
+--                         (pepsi._live_stats: stage_stats plus the live
+--                         dispatchers' unflushed deltas, within about a second);
 --     registered, parallelism, queue_limit   from the stage registry;
 --     dispatchers         live dispatchers whose gauges list the stage;
 --     workers, workers_busy … workers_stopping   their worker processes of
@@ -91,7 +92,7 @@ BEGIN
          GROUP BY ws.key
     ), names AS (
         SELECT l.stage FROM live AS l
-        UNION SELECT ss.stage FROM pepsi.stage_stats AS ss
+        UNION SELECT ss.stage FROM pepsi._live_stats() AS ss
         UNION SELECT s.stage FROM pepsi.stages AS s
         UNION SELECT g.stage FROM gauged AS g
     )
@@ -108,7 +109,7 @@ BEGIN
            coalesce(g.stopping, 0)
       FROM names AS n
       LEFT JOIN live AS l ON l.stage = n.stage
-      LEFT JOIN pepsi.stage_stats AS ss ON ss.stage = n.stage
+      LEFT JOIN pepsi._live_stats() AS ss ON ss.stage = n.stage
       LEFT JOIN pepsi.stages AS s ON s.stage = n.stage
       LEFT JOIN gauged AS g ON g.stage = n.stage
      ORDER BY n.stage;

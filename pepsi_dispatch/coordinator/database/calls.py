@@ -147,6 +147,15 @@ SQL_REQUEUE_DUE: Final = (
 )
 SQL_PURGE: Final = "SELECT pepsi.purge_done(make_interval(secs => %s::float8), %s::int)"
 SQL_KEEP_DEAD_LETTERS: Final = "SELECT pepsi.keep_dead_letters(%s::int)"
+#: The flush and the gauges without the flushed deltas, in one statement (one
+#: transaction): a reader adding the gauges' unflushed deltas to stage_stats
+#: never counts a delta twice nor misses it.
+SQL_FLUSH_STATS_AND_GAUGES: Final = (
+    "SELECT pepsi.flush_stats(%(stages)s::text[], %(processed)s::bigint[], %(failed)s::bigint[],"
+    " %(timeouts)s::bigint[], %(crashes)s::bigint[], %(seconds)s::float8[],"
+    " %(stage_runs)s::bigint, %(messages)s::bigint, %(requeued)s::bigint, %(expired)s::bigint),"
+    " pepsi.heartbeat(%(dispatcher_id)s::bigint, %(gauges)s::jsonb)"
+)
 SQL_FLUSH_STATS: Final = (
     "SELECT pepsi.flush_stats(%(stages)s::text[], %(processed)s::bigint[], %(failed)s::bigint[],"
     " %(timeouts)s::bigint[], %(crashes)s::bigint[], %(seconds)s::float8[],"
@@ -459,9 +468,17 @@ class Database:
         the hot table (into ``pepsi.dead_letters``)."""
         return int(self._scalar(SQL_KEEP_DEAD_LETTERS, (batch,), "keep_dead_letters") or 0)
 
-    def flush_stats(self, args: dict[str, Any]) -> None:
-        """``pepsi.flush_stats`` with all deltas, one call."""
-        self._scalar(SQL_FLUSH_STATS, args, "flush_stats")
+    def flush_stats(
+        self, args: dict[str, Any], gauges: tuple[int, dict[str, Any]] | None = None
+    ) -> None:
+        """``pepsi.flush_stats`` with all deltas, one call; with ``gauges``
+        (dispatcher id, gauges) also ``pepsi.heartbeat`` in the same statement."""
+        if gauges is None:
+            self._scalar(SQL_FLUSH_STATS, args, "flush_stats")
+            return
+        did, values = gauges
+        both = {**args, "dispatcher_id": did, "gauges": Jsonb(values)}
+        self._scalar(SQL_FLUSH_STATS_AND_GAUGES, both, "flush_stats")
 
     def overlay(self) -> list[tuple[str, str, str]]:
         """The ``[stage-*]`` rows of ``pepsi.config`` (the configuration overlay),

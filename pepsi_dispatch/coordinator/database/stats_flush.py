@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -41,13 +42,18 @@ class StatsFlush:
         interval: float,
         busy: Callable[[], bool],
         now: float,
+        gauges: Callable[[float], tuple[int, dict[str, Any]] | None] | None = None,
     ) -> None:
+        """``gauges(now)``: the dispatcher id and its gauges, written with each
+        flush (without the deltas it flushes), so readers that add the gauges'
+        unflushed deltas to the statistics see a counter that never jumps."""
         self.db = db
         self.link = link
         self.stats = stats
         self.isolation = isolation
         self.interval = interval
         self.busy = busy
+        self.gauges = gauges
         #: when statistics were last flushed (moved only after a flush succeeded).
         self.last = now
 
@@ -63,7 +69,13 @@ class StatsFlush:
         if not self.stats.pending() or not (force or now >= self.next_due(now)):
             return
         try:
-            self.db.flush_stats(self.stats.flush_args())
+            current = self.gauges(now) if self.gauges is not None else None
+            if current is None:
+                self.db.flush_stats(self.stats.flush_args())
+            else:
+                did, values = current
+                after = {**values, "unflushed": {"stages": {}, "dispatch": {}}}
+                self.db.flush_stats(self.stats.flush_args(), (did, after))
         except psycopg.Error as exc:
             if not self.isolation.poisoned(exc):
                 self.link.lost(now, exc)

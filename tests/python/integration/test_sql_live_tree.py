@@ -78,7 +78,7 @@ def live_files_drift(dsn: str, live: Path = LIVE) -> tuple[set[str], set[str], l
         at_head = {row[0] for row in conn.execute(ALL_FUNCTIONS)}
         touched, after = run_live_files(conn, live)
         conn.rollback()
-    changed = sorted(set(before) ^ set(after))
+    changed = sorted(set(before) ^ set(after), key=str)
     return at_head - touched, touched - at_head, changed
 
 

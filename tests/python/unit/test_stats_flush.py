@@ -14,11 +14,13 @@ class StubDatabase:
     def __init__(self) -> None:
         self.fail: BaseException | None = None
         self.flushed: list[dict] = []
+        self.gauges: list[tuple[int, dict] | None] = []
 
-    def flush_stats(self, args: dict) -> None:
+    def flush_stats(self, args: dict, gauges: tuple[int, dict] | None = None) -> None:
         if self.fail is not None:
             raise self.fail
         self.flushed.append(args)
+        self.gauges.append(gauges)
 
     # What DatabaseLink.lost asks of a database whose connection went away.
     def work_dead(self) -> bool:
@@ -58,3 +60,29 @@ def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Pa
     d.stats_flush.run(d.stats_flush.last + 2000.0, force=True)
     assert len(db.flushed) == 1 and db.flushed[0]["stages"] == ["a"]
     assert not d.stats.pending()
+
+
+def test_a_flush_writes_the_gauges_without_the_deltas_it_flushes(tmp_path: Path) -> None:
+    """Readers add the gauges' unflushed deltas to stage_stats: the flush writes
+    both in one statement, the gauges with nothing left unflushed, so a live
+    counter never counts a delta twice."""
+    from pepsi_dispatch.config import load_config
+    from pepsi_dispatch.coordinator.loop import Dispatcher
+
+    conf = tmp_path / "pepsi.conf"
+    conf.write_text(
+        "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
+        "[stage-a]\nPROGRAM = /bin/true\n"
+    )
+    db = StubDatabase()
+    d = Dispatcher(load_config(str(conf)), db=db)  # type: ignore[arg-type]
+    d.link.up(0)
+    d.stats.succeeded("a", 0.5)
+    d.stats.succeeded("a", 0.25)
+    before = d._gauges(0.0)["unflushed"]
+    assert before["stages"]["a"]["processed"] == 2, "the gauges carry what is not flushed"
+    d.stats_flush.run(d.stats_flush.last + 1000.0, force=True)
+    [(did, gauges)] = db.gauges
+    assert did == d.dispatcher_id
+    assert gauges["unflushed"] == {"stages": {}, "dispatch": {}}
+    assert db.flushed[0]["processed"] == [2]
