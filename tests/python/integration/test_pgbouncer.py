@@ -20,11 +20,12 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from dispatch_harness import PYTHON, WORKERS, wait_until
+from dispatch_harness import DISPATCH, PYTHON, WORKERS, wait_until
 from dispatch_harness import harness_fixture as harness_fixture
 from pooler import (
     POOL_SIZE,
@@ -192,3 +193,41 @@ def test_sdk_connection_through_pgbouncer_prepares_nothing(dsn: str, bouncer: Bo
     with connector(dsn, "py")() as direct:
         assert not behind_pooler(direct)
         assert direct.prepare_threshold == 5
+
+
+def _check(conf: Path, dsn: str) -> tuple[int, str]:
+    """``serve --check`` with ``dsn`` as the dispatcher's own: its exit code, and
+    its line about the session."""
+    done = subprocess.run(
+        [str(DISPATCH), "-c", str(conf), "serve", "--check"],
+        env={**os.environ, "PEPSI_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if " session: " in line]
+    assert len(lines) == 1, done.stdout + done.stderr
+    return done.returncode, lines[0]
+
+
+def test_check_says_when_the_dispatcher_dsn_goes_through_a_transaction_pooler(
+    h: Any, bouncer: Bouncer, pg_admin_dsn: str
+) -> None:
+    """``serve --check`` fails, saying what to do, when the dispatcher's DSN goes
+    through PgBouncer in transaction mode; it passes with the DSN direct (the
+    pooler then serves WORKER_DSN alone, which the check notes), and through
+    PgBouncer in session mode."""
+    dbname = h.conn.info.dbname
+    conf = h.conf({"a": {"PROGRAM": "/bin/cat"}}, worker_dsn=bouncer.dsn(dbname))
+    code, line = _check(conf, bouncer.dsn(dbname))
+    assert code == 2 and line.startswith("FAIL session: "), line
+    assert "pooler in transaction (or statement) mode" in line, line
+    assert "directly" in line and "WORKER_DSN" in line, line
+    code, line = _check(conf, h.dsn)
+    assert (code, line) == (
+        0,
+        "ok   session: a PostgreSQL session of its own (no pooler in between)",
+    )
+    with running_pgbouncer(pg_admin_dsn, "session") as session_mode:
+        code, line = _check(conf, session_mode.dsn(dbname))
+    assert code == 0 and line.startswith("ok   session: ") and "session mode" in line, line
