@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,7 @@ def test_pipeline_of_three_languages_through_pgbouncer_in_transaction_mode(
     """Every message ends as expected, each stage committed once per message, and the
     workers shared the pooler's few server connections."""
     if isinstance(node_pg, str):
-        print(f"the Node stage is left out: {node_pg}", file=sys.stderr)
+        warnings.warn(f"the Node stage is left out: {node_pg}", stacklevel=1)
     h.conn.execute(RAN)
     dbname = h.conn.info.dbname
     stages = _stages(node_pg)
