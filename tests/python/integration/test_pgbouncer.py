@@ -159,7 +159,7 @@ def _assert_outcomes(
     committed once, retried exactly where its payload said."""
     crashed = h.row(crash)
     assert crashed["status"] == "failed", crashed
-    assert "3" in crashed["state"].get("dispatch_error", ""), crashed
+    assert "worker exited with code 3" in crashed["state"].get("dispatch_error", ""), crashed
     statuses = dict(h.conn.execute("SELECT workqueue_id, status FROM pepsi.messages").fetchall())
     assert {i: statuses[i] for i in [*flaky.values(), *plain]} == dict.fromkeys(
         [*flaky.values(), *plain], "done"
