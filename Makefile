@@ -30,8 +30,8 @@ help:
 
 # System packages, installed when missing and running as root on Debian, otherwise
 # named in one clear error. The demo and `make db` need only the PostgreSQL server
-# (db-deps); the tests also need pgTAP and pg_prove, and headless Chromium with its
-# driver for the dashboard's browser test (system-deps).
+# (db-deps); the tests also need pgTAP and pg_prove, headless Chromium with its
+# driver for the dashboard's browser test, and PgBouncer for the pooler test (system-deps).
 INSTALL_MISSING = if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing system packages:$$missing"; \
@@ -50,6 +50,7 @@ system-deps: db-deps
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
 	command -v pg_prove >/dev/null 2>&1 || missing="$$missing libtap-parser-sourcehandler-pgtap-perl"; \
 	ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1 || missing="$$missing postgresql-$${PG_MAJOR:-15}-pgtap"; \
 	$(INSTALL_MISSING)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pepsi_dispatch.config import Config
 from pepsi_dispatch.config import load as _config
+from pepsi_dispatch.pooling import behind_pooler
 
 __all__ = [
     "DISPATCHER_FUNCTIONS",
@@ -29,6 +30,7 @@ __all__ = [
     "no_config_problem",
     "program_checks",
     "program_problem",
+    "session_check",
 ]
 
 #: What the dispatcher's role executes (database/calls.py), and what a stage program's
@@ -361,6 +363,7 @@ def database_checks(
     with conn:
         user, db = conn.execute("SELECT current_user, current_database()").fetchone()
         out.append(Check("database", True, f"connected to {db} as {user}"))
+        out.append(session_check(conn, dsn))
         from pepsi_dispatch.schema.migrate import current_revision
 
         try:
@@ -403,6 +406,72 @@ def database_checks(
     return out
 
 
+#: What to do when the dispatcher's DSN reaches PostgreSQL through a pooler
+#: that does not keep a session per client.
+SESSION_HINT = (
+    "give the dispatcher a DSN that reaches PostgreSQL directly (or a pooler in"
+    " session mode): [database] DSN / PEPSI_DSN; workers may use the pooler"
+    " through WORKER_DSN"
+)
+
+
+def session_check(conn, dsn: str) -> Check:
+    """Does the dispatcher's DSN give it a PostgreSQL session of its own? It needs
+    one: LISTEN, and session advisory locks held from one transaction to the next.
+    ``conn`` is an idle autocommit connection made with ``dsn``."""
+    import psycopg
+
+    if not behind_pooler(conn):
+        return Check("session", True, "a PostgreSQL session of its own (no pooler in between)")
+    try:
+        other = psycopg.connect(dsn, autocommit=True, application_name="pepsi-dispatch --check")
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        return Check(
+            "session",
+            True,
+            f"through a connection pooler whose mode"
+            f" could not be told (a second connection failed: {reason})",
+            warn=True,
+        )
+    with other:
+        try:
+            shared = any(_sessions_shared(conn, other) for _ in range(3))
+            detail = "two of its connections ran statements in one server session"
+        except psycopg.Error as exc:
+            shared = True
+            detail = f"a transaction through it failed ({exc.diag.message_primary or exc})"
+    if shared:
+        return Check(
+            "session",
+            False,
+            "the dispatcher's DSN goes through a connection pooler in transaction"
+            f" (or statement) mode: {detail}, so LISTEN and the dispatcher's session"
+            f" locks would not hold; {SESSION_HINT}",
+        )
+    return Check(
+        "session",
+        True,
+        "through a connection pooler that kept one server session per connection"
+        " (session mode): LISTEN and session locks hold",
+    )
+
+
+def _sessions_shared(a, b) -> bool:
+    """One probe: does the pooler give connection ``b``, in a transaction, the
+    server session that ran ``a``'s last statement, or ``a`` another session
+    while ``b`` holds that one? Neither can happen in session mode; in
+    transaction mode PgBouncer hands out the session freed last, so the first
+    happens at once unless other clients take it in between."""
+    (before,) = a.execute("SELECT pg_backend_pid()").fetchone()
+    with b.transaction():
+        (held,) = b.execute("SELECT pg_backend_pid()").fetchone()
+        if held == before:
+            return True
+        (after,) = a.execute("SELECT pg_backend_pid()").fetchone()
+    return after != before
+
+
 def worker_dsn_checks(config: Config) -> list[Check]:
     """Each distinct WORKER_DSN: reachable, and its role may run stage transitions."""
     import psycopg
@@ -419,6 +488,7 @@ def worker_dsn_checks(config: Config) -> list[Check]:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 (user,) = conn.execute("SELECT current_user").fetchone()
                 missing = _function_grants(conn, STAGE_FUNCTIONS)
+                pooled = behind_pooler(conn)
         except psycopg.Error as exc:
             out.append(Check(name, False, f"cannot connect: {' '.join(str(exc).split())}"))
             continue
@@ -432,5 +502,6 @@ def worker_dsn_checks(config: Config) -> list[Check]:
                 )
             )
         else:
-            out.append(Check(name, True, f"role {user} may run stage transitions"))
+            via = " (through a connection pooler: the SDK prepares no statements)" if pooled else ""
+            out.append(Check(name, True, f"role {user} may run stage transitions{via}"))
     return out

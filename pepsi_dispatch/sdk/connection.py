@@ -12,6 +12,7 @@ import psycopg
 
 from ..backoff import Backoff
 from ..contract import EX_TEMPFAIL
+from ..pooling import pooler_safe
 from .adapters import use_fast_adapters
 
 __all__ = [
@@ -40,7 +41,9 @@ def connector(
     the SDK's faster adapters (:func:`~.adapters.use_fast_adapters`) unless
     ``fast_adapters`` is False; with ``timeout``, waiting at most that many
     seconds for the server (or the DSN's own ``connect_timeout`` when it is
-    smaller)."""
+    smaller). Behind a connection pooler (PgBouncer in transaction mode) the
+    connection prepares no statement (:func:`pepsi_dispatch.pooling.pooler_safe`:
+    one round trip at connect tells)."""
     options: dict[str, object] = {}
     if timeout is not None:
         options["connect_timeout"] = _capped_timeout(dsn, timeout)
@@ -51,6 +54,11 @@ def connector(
         )
         if fast_adapters:
             use_fast_adapters(conn)
+        try:
+            pooler_safe(conn)
+        except BaseException:
+            conn.close()
+            raise
         OPENED_HERE.add(conn)
         return conn
 

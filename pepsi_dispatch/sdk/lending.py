@@ -37,7 +37,10 @@ the pool kept in the template process:
   So recycling converges on sessions passed on, while a burst's new
   workers still connect in parallel. Encrypted sessions (TLS or
   GSSAPI: the encryption state lives in the worker's memory) are never
-  lent: the template stops lending once it sees one.
+  lent: the template stops lending once it sees one. Nor are connections
+  through a pooler (:mod:`pepsi_dispatch.pooling`): opening one starts no
+  backend, and in transaction mode the reset would run in whichever server
+  session the pooler picked, not in one this worker owns.
 
 At most :data:`IDLE_MAX` connection waits in the template, for at most
 :data:`IDLE_SECONDS`; one that the server closed meanwhile (the socket is
@@ -239,7 +242,10 @@ class Lender:
         except psycopg.Error:
             self._connect_failed_at = now
             return
-        if encrypted:
+        if encrypted or conn.prepare_threshold is None:
+            # encrypted: the state lives in this process; None: behind a pooler
+            # (connector), where a new client connection costs no backend and a
+            # reset would reach whichever server session the pooler picks
             self.lending = False
             _close(conn)
             return
