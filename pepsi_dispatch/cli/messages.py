@@ -143,14 +143,15 @@ def list_command(
 def _print_table(rows: list[dict[str, Any]]) -> None:
     width = max(5, *(len(r["stage"]) for r in rows))
     click.echo(
-        f"{'id':>10}  {'stage':<{width}}  {'status':<8} {'retries':>7}  {'created':<19}  reason"
+        f"{'workqueue_id':>12}  {'stage':<{width}}  {'status':<8} {'retries':>7}"
+        f"  {'created':<19}  reason"
     )
     for r in rows:
         note = r["reason"] or ""
         if r["due"] is not None:
             note = f"due {r['due'].strftime('%Y-%m-%d %H:%M:%S')}" + (f"; {note}" if note else "")
         click.echo(
-            f"{r['workqueue_id']:>10}  {r['stage']:<{width}}  {r['status']:<8} {r['retries']:>7}"
+            f"{r['workqueue_id']:>12}  {r['stage']:<{width}}  {r['status']:<8} {r['retries']:>7}"
             f"  {r['created_at'].strftime('%Y-%m-%d %H:%M:%S')}  {' '.join(note.split())[:120]}"
         )
 
