@@ -2,13 +2,14 @@
 
 The only renderer of pepsi-dispatch's metrics: every family and its help text
 is written here once (docs/OPERATIONS.md's table lists them, checked by
-tests/python/unit/test_metrics_one_source.py). The stage and dispatch
-counters, the queue's depth and age, the retries due, live dispatchers and
+tests/python/unit/test_metrics_one_source.py). The stage and queue
+counters, the queue's depth and oldest rows, the retries due, live dispatchers and
 the dispatchers' own gauges (sent with their heartbeats).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -70,31 +71,9 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
         yield fam
     totals = snap.get("totals") or {}
     for name, doc in GLOBAL_COUNTERS:
-        yield CounterMetricFamily(f"pepsi_dispatch_{name}", doc, value=float(totals.get(name, 0)))
-    depth = GaugeMetricFamily(
-        "pepsi_queue_depth",
-        "Rows in pepsi.workqueue by stage and status.",
-        labels=["stage", "status"],
-    )
-    for q in snap.get("queue") or []:
-        depth.add_metric([q["stage"], q["status"]], q["count"])
-    yield depth
-    oldest = GaugeMetricFamily(
-        "pepsi_queue_oldest_age_seconds",
-        "Seconds since the oldest row of a stage and status last changed (0 when none).",
-        labels=["stage", "status"],
-    )
-    for q in snap.get("queue") or []:
-        oldest.add_metric([q["stage"], q["status"]], float(q.get("oldest_age") or 0.0))
-    yield oldest
-    age = GaugeMetricFamily(
-        "pepsi_queue_oldest_pending_age_seconds",
-        "Seconds since the oldest pending row of a stage became pending.",
-        labels=["stage"],
-    )
-    for stage, seconds in sorted((snap.get("oldest_pending") or {}).items()):
-        age.add_metric([stage], float(seconds))
-    yield age
+        yield CounterMetricFamily(f"pepsi_queue_{name}", doc, value=float(totals.get(name, 0)))
+    now = float(snap.get("now") or time.time())
+    yield from _queue_families(snap, now)
     due = GaugeMetricFamily(
         "pepsi_queue_retries_due",
         "Paused rows whose time has come (requeue_due flips them to pending).",
@@ -109,16 +88,48 @@ def families(snap: dict[str, Any], paused: dict[str, bool], sql_seconds: float) 
     for stage, is_paused in sorted(paused.items()):
         fam.add_metric([stage], 1 if is_paused else 0)
     yield fam
-    yield from _health_families(snap)
+    yield from _health_families(snap, now)
     yield from _liveness_families(snap)
-    yield from _dispatcher_families(snap.get("dispatchers") or [])
+    yield from _dispatcher_families(snap.get("dispatchers") or [], now)
+
+
+def _queue_families(snap: dict[str, Any], now: float) -> Iterator[Metric]:
+    """The queue's depth by stage and status, and when its oldest rows changed."""
+    depth = GaugeMetricFamily(
+        "pepsi_queue_depth",
+        "Rows in pepsi.workqueue by stage and status.",
+        labels=["stage", "status"],
+    )
+    for q in snap.get("queue") or []:
+        depth.add_metric([q["stage"], q["status"]], q["count"])
+    yield depth
+    oldest = GaugeMetricFamily(
+        "pepsi_queue_oldest_timestamp_seconds",
+        "Unix time the oldest row of a stage and status last changed (no series when none).",
+        labels=["stage", "status"],
+    )
+    for q in snap.get("queue") or []:
+        if q.get("count"):
+            oldest.add_metric([q["stage"], q["status"]], now - float(q.get("oldest_age") or 0.0))
+    yield oldest
+    pending = GaugeMetricFamily(
+        "pepsi_queue_oldest_pending_timestamp_seconds",
+        "Unix time the oldest pending row of a stage became pending (no series when none):"
+        " time() minus it is the wait of the longest-waiting message.",
+        labels=["stage"],
+    )
+    counts = {(q["stage"], q["status"]): q.get("count") for q in snap.get("queue") or []}
+    for stage, seconds in sorted((snap.get("oldest_pending") or {}).items()):
+        if counts.get((stage, "pending"), 1):
+            pending.add_metric([stage], now - float(seconds))
+    yield pending
 
 
 #: The states of pepsi.stage_health, each a series of pepsi_stage_health.
 HEALTH_STATES = ("serving", "held_off", "no_worker", "paused", "unknown")
 
 
-def _health_families(snap: dict[str, Any]) -> Iterator[Metric]:
+def _health_families(snap: dict[str, Any], now: float) -> Iterator[Metric]:
     """Each stage's health as its dispatchers report it (one series per state, 1 or 0)."""
     state = GaugeMetricFamily(
         "pepsi_stage_health",
@@ -128,14 +139,15 @@ def _health_families(snap: dict[str, Any]) -> Iterator[Metric]:
         labels=["stage", "state"],
     )
     held = GaugeMetricFamily(
-        "pepsi_stage_held_off_seconds",
-        "Seconds the stage has been held off (held_off or no_worker); 0 otherwise.",
+        "pepsi_stage_held_off_since_timestamp_seconds",
+        "Unix time the stage was held off (held_off or no_worker); no series otherwise.",
         labels=["stage"],
     )
     for h in snap.get("stage_health") or []:
         for s in HEALTH_STATES:
             state.add_metric([h["stage"], s], 1 if h.get("state") == s else 0)
-        held.add_metric([h["stage"]], float(h.get("held_seconds") or 0.0))
+        if h.get("state") in ("held_off", "no_worker"):
+            held.add_metric([h["stage"]], now - float(h.get("held_seconds") or 0.0))
     yield state
     yield held
 
@@ -143,11 +155,6 @@ def _health_families(snap: dict[str, Any]) -> Iterator[Metric]:
 def _liveness_families(snap: dict[str, Any]) -> Iterator[Metric]:
     """Registered and live dispatchers, and whether a session serves the database."""
     dispatchers = snap.get("dispatchers") or []
-    yield GaugeMetricFamily(
-        "pepsi_dispatchers",
-        "Registered dispatchers whose session is connected (a killed one is not counted).",
-        value=len(dispatchers),
-    )
     yield GaugeMetricFamily(
         "pepsi_dispatchers_live",
         "Live dispatchers: registered, their session connected.",
@@ -162,12 +169,24 @@ def _liveness_families(snap: dict[str, Any]) -> Iterator[Metric]:
         )
 
 
-def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
+def dispatcher_labels(dispatchers: list[dict[str, Any]]) -> dict[int, str]:
+    """The ``dispatcher`` label of each: its host name, stable across restarts (a
+    registration id is new at each start, and every restart would begin new
+    series); ``host:pid`` for dispatchers that share a host."""
+    hosts = [str(d.get("hostname") or "?") for d in dispatchers]
+    return {
+        d["dispatcher_id"]: host if hosts.count(host) == 1 else f"{host}:{d.get('pid')}"
+        for d, host in zip(dispatchers, hosts, strict=True)
+    }
+
+
+def _dispatcher_families(dispatchers: list[dict[str, Any]], now: float) -> Iterator[Metric]:
     hb = GaugeMetricFamily(
-        "pepsi_dispatcher_heartbeat_age_seconds",
-        "Seconds since the dispatcher's last heartbeat.",
+        "pepsi_dispatcher_last_heartbeat_timestamp_seconds",
+        "Unix time of the dispatcher's last heartbeat.",
         labels=["dispatcher"],
     )
+    names = dispatcher_labels(dispatchers)
     workers = GaugeMetricFamily(
         "pepsi_dispatcher_workers",
         "Worker processes by stage and state (busy, idle, retiring, stopping).",
@@ -182,8 +201,8 @@ def _dispatcher_families(dispatchers: list[dict[str, Any]]) -> Iterator[Metric]:
     db_hist: list[tuple[list[str], dict[str, Any]]] = []
     service_hist: list[tuple[list[str], dict[str, Any]]] = []
     for d in dispatchers:
-        did = str(d["dispatcher_id"])
-        hb.add_metric([did], float(d.get("heartbeat_age") or 0.0))
+        did = names[d["dispatcher_id"]]
+        hb.add_metric([did], now - float(d.get("heartbeat_age") or 0.0))
         g = d.get("gauges")
         if not g:
             continue

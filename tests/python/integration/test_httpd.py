@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 import uuid
@@ -81,7 +82,7 @@ def test_metrics_real_scrape_matches_database(h: Harness, httpds: list[Httpd]) -
         return None
 
     m = wait_until(settled, 30, 0.2, lambda: "stats flushed and gauges heartbeat\n" + d.tail())
-    did = str(d.dispatcher_id(h.conn))
+    did = socket.gethostname()  # the label: the host, stable across restarts
 
     # Stats and queue depth equal the database.
     for stage, row in h.stage_stats().items():
@@ -95,15 +96,18 @@ def test_metrics_real_scrape_matches_database(h: Harness, httpds: list[Httpd]) -
     ).fetchall():
         assert depth[("pepsi_queue_depth", ("stage", stage), ("status", status))] == n
     assert (
-        m["pepsi_dispatch_messages"][("pepsi_dispatch_messages_total",)]
+        m["pepsi_queue_messages"][("pepsi_queue_messages_total",)]
         == h.dispatch_stats()["messages"]
     )
 
     # New series: oldest pending age, retries due, live dispatchers, gauges.
-    age = m["pepsi_queue_oldest_pending_age_seconds"][
-        ("pepsi_queue_oldest_pending_age_seconds", ("stage", "z"))
+    since = m["pepsi_queue_oldest_pending_timestamp_seconds"][
+        ("pepsi_queue_oldest_pending_timestamp_seconds", ("stage", "z"))
     ]
-    assert 42 <= age < 120
+    assert 42 <= time.time() - since < 120  # a timestamp, not an age
+    [(key, beat)] = m["pepsi_dispatcher_last_heartbeat_timestamp_seconds"].items()
+    assert key[1] == ("dispatcher", socket.gethostname()), "labelled by host, stable"
+    assert 0 <= time.time() - beat < 120
     assert "pepsi_queue_retries_due" in m
     assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 1
     assert m["pepsi_stage_paused"][("pepsi_stage_paused", ("stage", "a"))] == 0
@@ -212,7 +216,7 @@ def test_a_dispatcher_killed_with_sigkill_is_neither_exported_nor_counted(
     assert took < 5, took  # the heartbeat alone would have kept it 200 for >= 10 s
     m = scrape(srv)
     assert m["pepsi_dispatcher_session"][("pepsi_dispatcher_session",)] == 0
-    assert m["pepsi_dispatchers"][("pepsi_dispatchers",)] == 0
+    assert "pepsi_dispatchers" not in m, "one gauge for one meaning: pepsi_dispatchers_live"
     assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 0
     assert not m.get("pepsi_dispatcher_workers"), m.get("pepsi_dispatcher_workers")
     overview = h.conn.execute("SELECT sum(dispatchers), sum(workers) FROM pepsi.queue_overview()")
@@ -232,7 +236,7 @@ def test_a_dispatcher_killed_with_sigkill_is_neither_exported_nor_counted(
     )
     wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 again")
     m = scrape(srv)
-    assert m["pepsi_dispatchers"][("pepsi_dispatchers",)] == 1
+    assert m["pepsi_dispatchers_live"][("pepsi_dispatchers_live",)] == 1
 
 
 def test_healthz_and_metrics_without_database(tmp_path: Path, httpds: list[Httpd]) -> None:
@@ -399,11 +403,11 @@ def test_zero_series_and_the_graph_from_the_registry_alone(h: Harness, httpds: l
         for status in statuses:
             key = (("stage", stage), ("status", status))
             assert ("pepsi_queue_depth", *key) in m["pepsi_queue_depth"], key
-            assert ("pepsi_queue_oldest_age_seconds", *key) in m["pepsi_queue_oldest_age_seconds"]
     assert m["pepsi_queue_depth"][("pepsi_queue_depth", ("stage", "a"), ("status", "failed"))] == 0
     assert m["pepsi_queue_depth"][("pepsi_queue_depth", ("stage", "b"), ("status", "done"))] == 3
-    oldest = m["pepsi_queue_oldest_pending_age_seconds"]
-    assert oldest[("pepsi_queue_oldest_pending_age_seconds", ("stage", "a"))] == 0
+    oldest = m["pepsi_queue_oldest_timestamp_seconds"]
+    assert ("pepsi_queue_oldest_timestamp_seconds", ("stage", "b"), ("status", "done")) in oldest
+    assert not any(k[1] == ("stage", "a") for k in oldest), "no row of a: no timestamp"
     status, _, body = srv.get("/api/overview")
     assert status == 200, body
     stages = json.loads(body)["stages"]

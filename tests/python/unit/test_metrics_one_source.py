@@ -50,8 +50,11 @@ def full_snapshot() -> dict[str, Any]:
         "queue": [{"stage": "a", "status": "pending", "count": 1, "oldest_age": 2.0}],
         "oldest_pending": {"a": 2.0},
         "retries_due": {"a": 0},
-        "stage_health": [{"stage": "a", "state": "serving", "held_seconds": 0}],
-        "dispatchers": [{"dispatcher_id": 1, "heartbeat_age": 1.0, "live": True, "gauges": gauges}],
+        "stage_health": [{"stage": "a", "state": "held_off", "held_seconds": 3.0}],
+        "dispatchers": [
+            {"dispatcher_id": 1, "hostname": "h", "pid": 7, "heartbeat_age": 1.0, "live": True}
+            | {"gauges": gauges}
+        ],
         "dispatcher_session": True,
     }
 
