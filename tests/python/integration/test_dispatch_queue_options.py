@@ -255,3 +255,38 @@ def test_schedules_command_lists_last_and_next_tick(h: Harness) -> None:
     assert "CRON 30 2 * * * (Europe/Berlin)" in nightly and "UTC" in nightly
     pulse = next(line for line in lines if line.startswith("pulse"))
     assert "EVERY 1 s" in pulse and pulse.count("UTC") == 2  # a last and a next tick
+
+
+def by_schedule(h: Harness) -> dict[str, int]:
+    return dict(
+        h.conn.execute(
+            "SELECT state->>'scheduled_by', count(*) FROM pepsi.messages"
+            " WHERE state ? 'scheduled_by' GROUP BY 1"
+        ).fetchall()
+    )
+
+
+def test_a_schedule_renamed_then_removed_at_reload(h: Harness) -> None:
+    """SIGHUP with [schedule-pulse] renamed to [schedule-beat]: pulse fires no more,
+    beat fires from then on (its own record); removed, nothing fires and nothing fails."""
+    conf = h.conf(h.pipeline(["t"]))
+    base = conf.read_text()
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s")
+    d = h.start(conf)
+    wait_until(lambda: by_schedule(h).get("pulse", 0) >= 2, 15, message="pulse ticks")
+    conf.write_text(base)
+    add_schedule(conf, "beat", STAGE="t", EVERY="1 s")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: by_schedule(h).get("beat", 0) >= 2, 15, message="beat ticks after reload")
+    pulse = by_schedule(h)["pulse"]
+    wait_until(lambda: by_schedule(h).get("beat", 0) >= 4, 15, message="beat goes on")
+    assert by_schedule(h)["pulse"] == pulse, "the old name fires no more"
+    names = {r[0] for r in h.conn.execute("SELECT name FROM pepsi.schedules()").fetchall()}
+    assert "beat" in names
+    conf.write_text(base)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded" in d.log().split("beat")[-1], 15)
+    settled = sum(by_schedule(h).values())
+    time.sleep(2.5)  # two periods with no schedule: nothing may fire
+    assert sum(by_schedule(h).values()) <= settled + 1  # at most the tick in flight
+    assert d.running() and h.counts().get("failed", 0) == 0

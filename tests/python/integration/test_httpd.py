@@ -96,8 +96,7 @@ def test_metrics_real_scrape_matches_database(h: Harness, httpds: list[Httpd]) -
     ).fetchall():
         assert depth[("pepsi_queue_depth", ("stage", stage), ("status", status))] == n
     assert (
-        m["pepsi_queue_messages"][("pepsi_queue_messages_total",)]
-        == h.dispatch_stats()["messages"]
+        m["pepsi_queue_messages"][("pepsi_queue_messages_total",)] == h.dispatch_stats()["messages"]
     )
 
     # New series: oldest pending age, retries due, live dispatchers, gauges.
