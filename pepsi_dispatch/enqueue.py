@@ -29,7 +29,7 @@ returns that message's id (graphile-worker's ``job_key``, PgQueuer's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -128,13 +128,15 @@ def enqueue_many(
     not_before: datetime | timedelta | None = None,
     priority: int = 0,
     dedupe_keys: Sequence[str | None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[int]:
     """Enqueue one message per payload at ``stage``, in order; returns the ids in order.
 
     ``not_before`` and ``priority`` as for :func:`enqueue`, for every message
     (one time for all chunks, computed once). ``dedupe_keys``: None, or one key
     (or None) per payload; an element whose key a live message (or an earlier
-    element) holds returns that message's id.
+    element) holds returns that message's id. ``progress(n)`` is called with
+    the number enqueued so far after each chunk.
     """
     if chunk_size < 1:
         raise ValueError("chunk_size must be positive")
@@ -158,6 +160,8 @@ def enqueue_many(
             )
         done += len(chunk)
         ids.extend(int(r[0]) for r in cur.fetchall())
+        if progress is not None:
+            progress(done)
     if keys is not None and len(keys) != done:
         raise ValueError("dedupe_keys must have one element per payload")
     return ids

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -73,6 +74,28 @@ def _not_before(at: str | None, in_: timedelta | None) -> datetime | None:
             ) from None
         return when if when.tzinfo else when.astimezone()  # no zone: local time
     return None
+
+
+class Progress:
+    """Long enqueues say how far they are on stderr (at most once a second) and end
+    with the count; a short one (one chunk) stays quiet there."""
+
+    def __init__(self, total: int, every: float = 1.0) -> None:
+        self.total = total
+        self.every = every
+        self.shown_at = time.monotonic()
+        self.chunks = 0
+
+    def __call__(self, done: int) -> None:
+        self.chunks += 1
+        now = time.monotonic()
+        if done < self.total and now - self.shown_at >= self.every:
+            self.shown_at = now
+            click.echo(f"{_prog()}: enqueued {done:,} of {self.total:,}", err=True)
+
+    def finish(self, stage: str) -> None:
+        if self.chunks > 1:
+            click.echo(f"{_prog()}: enqueued {self.total:,} message(s) at stage {stage}", err=True)
 
 
 def _payloads(payloads: tuple[str, ...]) -> list[Any]:
@@ -135,9 +158,17 @@ def enqueue_command(
     # Unchecked: said after the insert (a bad name fails there first).
     unchecked = not force and not check_enqueue_stage(obj, stage)
     keys = None if dedupe_key is None else [dedupe_key]
+    report = Progress(len(docs))
     ids = enqueue_many(
-        obj.conn(), stage, docs, not_before=when, priority=priority, dedupe_keys=keys
+        obj.conn(),
+        stage,
+        docs,
+        not_before=when,
+        priority=priority,
+        dedupe_keys=keys,
+        progress=report,
     )
+    report.finish(stage)
     if unchecked:
         click.echo(
             f"{_prog()}: warning: stage {stage!r} not checked: no dispatcher has registered"
