@@ -65,3 +65,10 @@ TEMPLATE_ENV: Final = "PEPSI_TEMPLATE_FD"
 #: which the worker may fork the stage's template from itself, before it connects
 #: (it sends ``ready PID`` once the dispatcher is the template's parent).
 TEMPLATE_OFFER_ENV: Final = "PEPSI_TEMPLATE_OFFER_FD"
+
+
+#: The oldest schema revision (alembic, migrations/versions/) this code runs
+#: against: the dispatcher refuses to start below it (exit 2, "run
+#: pepsi-queue migrate"), so no code path serves an older schema. It is the
+#: newest migration shipped with this package (a test keeps them equal).
+SCHEMA_FLOOR = "0032"

@@ -190,7 +190,10 @@ def write_migration(name: str, changes: list[Change]) -> Path:
     path.write_text(
         migration_text(name.replace("_", " "), revision, down, changes), encoding="utf-8"
     )
-    print(f"wrote {path.relative_to(ROOT)}: edit its docstring (why), then run make schema-dump")
+    print(
+        f"wrote {path.relative_to(ROOT)}: edit its docstring (why), run make schema-dump,"
+        f" and set SCHEMA_FLOOR in pepsi_dispatch/contract.py to {revision}"
+    )
     return path
 
 

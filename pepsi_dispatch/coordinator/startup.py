@@ -8,12 +8,27 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from pepsi_dispatch.config import Config, apply_overlay
+from pepsi_dispatch.contract import SCHEMA_FLOOR
 from pepsi_dispatch.coordinator.checks import overlay_program_problems
 from pepsi_dispatch.coordinator.database.calls import Database
 from pepsi_dispatch.coordinator.database.link import error_line
 from pepsi_dispatch.errors import FatalError, UsageError
 
 log = logging.getLogger(__name__)
+
+
+def require_schema_floor(db: Database) -> None:
+    """Refuse (exit 2) a database whose schema is older than this code's
+    :data:`~pepsi_dispatch.contract.SCHEMA_FLOOR`: no code path serves an older one."""
+    version = db.schema_version()
+    revisions = (version or "").split(",")
+    if version is None or max(revisions) < SCHEMA_FLOOR:
+        raise UsageError(
+            f"database {db.dbname()!r} is at schema revision {version or 'none'}; this"
+            f" pepsi-dispatch needs {SCHEMA_FLOOR} or later: run 'pepsi-queue migrate'"
+            " (or 'alembic upgrade head' in a checkout) with PEPSI_DSN set to it, then start"
+            " again"
+        )
 
 
 def open_database(db: Database, config: Config) -> tuple[Config, int]:
@@ -47,6 +62,7 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
         # change made between this LISTEN and the read below is read *and*
         # notified; the reload it causes finds nothing new.) Registering is
         # what tells the outside world we are up, so it comes after.
+        require_schema_floor(db)
         db.start_listening()
         # The overlay applies at start-up too; a bad one is a configuration error (exit 2).
         file_config, config = config, apply_overlay(config, db.overlay())

@@ -42,7 +42,6 @@ from pepsi_dispatch.backoff import Backoff
 from pepsi_dispatch.coordinator.database.claim_sql import (
     ClaimArgs,
     ClaimStatement,
-    has_claim_lines,
 )
 from pepsi_dispatch.coordinator.database.results import (
     Requeue,
@@ -220,8 +219,8 @@ class Database:
         self.competing = competing
         self.listen: psycopg.Connection | None = None
         self.work: psycopg.Connection | None = None
-        #: the claim's statements (pepsi.claim_lines once the schema is known to have it)
-        self.claiming = ClaimStatement(competing, lines=False)
+        #: the claim's statements (pepsi.claim_lines)
+        self.claiming = ClaimStatement(competing)
         #: the server's start and crash-restart times, read at each connect of
         #: the work connection (None before the first).
         self.server_epoch: tuple[str, str] | None = None
@@ -259,7 +258,6 @@ class Database:
         self.work.execute(SQL_SESSION_TIMEOUTS)
         row = self.work.execute(SQL_SERVER_EPOCH).fetchone()
         self.server_epoch = (row[0], row[1]) if row else None
-        self.claiming = ClaimStatement(self.competing, has_claim_lines(self.work))
 
     @staticmethod
     def _dead(conn: psycopg.Connection | None) -> bool:
@@ -403,6 +401,10 @@ class Database:
             self._scalar(SQL_HEARTBEAT, (dispatcher_id,), "heartbeat")
         else:
             self._scalar(SQL_HEARTBEAT_GAUGES, (dispatcher_id, Jsonb(gauges)), "heartbeat")
+
+    def schema_version(self) -> str | None:
+        """``pepsi.schema_version()``: the alembic revision(s) of the database."""
+        return self._scalar("SELECT pepsi.schema_version()", (), "schema_version")
 
     def registered(self, dispatcher_id: int) -> bool:
         """Is our registration still there (competing: not declared dead by a replica)?"""

@@ -1,17 +1,14 @@
-"""The claim's statements: ``pepsi.claim_lines`` (rows as workers' lines) on a
-schema that has it, else ``pepsi.claim``; alone, or with the answer checks.
-"""
+"""The claim's statements: ``pepsi.claim_lines`` (rows as workers' lines), alone
+or with the answer checks."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Final
 
-from psycopg import errors as pgerrors
-
 from pepsi_dispatch.coordinator.database.sqlarray import int_array
 
-__all__ = ["ClaimArgs", "ClaimStatement", "has_claim_lines"]
+__all__ = ["ClaimArgs", "ClaimStatement"]
 
 #: Arguments of ``pepsi.claim``: stages, their capacities, the claim floors
 #: (aligned with the stages; None: unbounded).
@@ -24,16 +21,8 @@ ClaimArgs = tuple[list[str], list[int], list[int | None] | None]
 # notices a server restart at reconnect and stops every worker
 # (coordinator/comeback.py). Competing replicas claim synchronously: another
 # replica could take a lost claim's rows before we reconnect and stop ours.
-SQL_CLAIM: Final = (  # workqueue_id, stage, priority
-    "SELECT * FROM pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[])"
-)
-SQL_CLAIM_NO_FLUSH_WAIT: Final = (
-    "SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS async_commit,"
-    " pepsi.claim(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[]) AS c"
-)
-#: The claim that also returns each row as a worker's line (workqueue_id, stage,
-#: priority, line): a schema from migration 0026 on. The last argument is the
-#: line limit of each stage (0: bare ids).
+#: The claim, each row also as a worker's line (workqueue_id, stage, priority,
+#: line). The last argument is the line limit of each stage (0: bare ids).
 SQL_CLAIM_LINES: Final = (
     "SELECT * FROM pepsi.claim_lines(%s::bigint, %s::text[], %s::int[], %s::boolean,"
     " %s::bigint[], %s::int[])"
@@ -42,14 +31,6 @@ SQL_CLAIM_LINES_NO_FLUSH_WAIT: Final = (
     "SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS async_commit,"
     " pepsi.claim_lines(%s::bigint, %s::text[], %s::int[], %s::boolean, %s::bigint[],"
     " %s::int[]) AS c"
-)
-#: Has the schema claim_lines, and may this role run it?
-SQL_HAS_CLAIM_LINES: Final = (
-    "SELECT to_regprocedure(%(f)s) IS NOT NULL"
-    " AND has_function_privilege(to_regprocedure(%(f)s), 'EXECUTE')"
-)
-CLAIM_LINES_SIGNATURE: Final = (
-    "pepsi.claim_lines(bigint, text[], integer[], boolean, bigint[], integer[])"
 )
 #: The answer checks, then the claim, as ONE statement instead of a pipeline of
 #: two (a busy stage's usual wake); they touch disjoint rows (running, pending).
@@ -62,24 +43,15 @@ SQL_CHECK_AND_CLAIM: Final = (
 
 
 class ClaimStatement:
-    """The claim as sent: ``pepsi.claim_lines`` (rows as workers' lines) when
-    ``lines``, else ``pepsi.claim``; without waiting for the WAL flush unless
-    ``competing``."""
+    """The claim as sent (``pepsi.claim_lines``): without waiting for the WAL
+    flush unless ``competing``."""
 
-    def __init__(self, competing: bool, lines: bool) -> None:
+    def __init__(self, competing: bool) -> None:
         self.competing = competing
-        #: does the claim return rows as lines (else bare ids only)?
-        self.lines = lines
-        if lines:
-            sql = SQL_CLAIM_LINES if competing else SQL_CLAIM_LINES_NO_FLUSH_WAIT
-        else:
-            sql = SQL_CLAIM if competing else SQL_CLAIM_NO_FLUSH_WAIT
         #: the claim alone
-        self.sql = sql
+        self.sql = SQL_CLAIM_LINES if competing else SQL_CLAIM_LINES_NO_FLUSH_WAIT
         #: the answer checks and the claim in one statement
-        self.with_checks = SQL_CHECK_AND_CLAIM.format(
-            claim=sql, line="c.line" if lines else "NULL::text"
-        )
+        self.with_checks = SQL_CHECK_AND_CLAIM.format(claim=self.sql, line="c.line")
 
     def args(
         self,
@@ -95,17 +67,4 @@ class ClaimStatement:
         # cancel, an application's SELECT ... FOR UPDATE); waiting on one would
         # stall every stage.
         args = (dispatcher_id, list(stages), int_array(caps), True, bounds)
-        if not self.lines:
-            return args
         return (*args, int_array(line_limits) if line_limits else None)
-
-
-def has_claim_lines(conn: Any) -> bool:
-    """Has the schema ``pepsi.claim_lines`` (migration 0026), and may this role run it?
-    (A role without USAGE on the schema gets False here: start-up then tells
-    what to grant.)"""
-    try:
-        row = conn.execute(SQL_HAS_CLAIM_LINES, {"f": CLAIM_LINES_SIGNATURE}).fetchone()
-    except pgerrors.InsufficientPrivilege:
-        return False
-    return bool(row and row[0])

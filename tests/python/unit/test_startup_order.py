@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pepsi_dispatch.config import load_config
+from pepsi_dispatch.contract import SCHEMA_FLOOR
 from pepsi_dispatch.coordinator.startup import open_database
 from pepsi_dispatch.errors import UsageError
 
@@ -34,6 +35,7 @@ class RecordingDatabase:
             "overlay": [],
             "register": 7,
             "reset_orphans": 0,
+            "schema_version": SCHEMA_FLOOR,
         }
 
         def call(*_args: object) -> Any:
@@ -94,3 +96,11 @@ def test_a_runnable_overlay_program_starts(tmp_path) -> None:
     db = OverlayDatabase(str(program))
     config, _ = open_database(db, load_config())  # type: ignore[arg-type]
     assert config.stages["b"].program == str(program)
+
+
+def test_a_schema_below_the_floor_is_refused_before_listening() -> None:
+    db = RecordingDatabase()
+    db.schema_version = lambda: "0001"  # type: ignore[method-assign]
+    with pytest.raises(UsageError, match=f"needs {SCHEMA_FLOOR} or later"):
+        open_database(db, load_config())  # type: ignore[arg-type]
+    assert "start_listening" not in db.calls and "register" not in db.calls
