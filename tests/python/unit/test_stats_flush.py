@@ -4,6 +4,7 @@ in its place, so the test needs no PostgreSQL."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -36,9 +37,8 @@ class StubDatabase:
         pass
 
 
-def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Path) -> None:
-    """Invariant 10: a flush that fails because the database went away keeps
-    the deltas for the next flush; a flush that succeeds clears them."""
+def dispatcher(tmp_path: Path, db: StubDatabase) -> Any:
+    """A one-stage Dispatcher on the stub, its link up."""
     from pepsi_dispatch.config import load_config
     from pepsi_dispatch.coordinator.loop import Dispatcher
 
@@ -47,9 +47,16 @@ def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Pa
         "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
         "[stage-a]\nPROGRAM = /bin/true\n"
     )
-    db = StubDatabase()
     d = Dispatcher(load_config(str(conf)), db=db)  # type: ignore[arg-type]
     d.link.up(0)
+    return d
+
+
+def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Path) -> None:
+    """Invariant 10: a flush that fails because the database went away keeps
+    the deltas for the next flush; a flush that succeeds clears them."""
+    db = StubDatabase()
+    d = dispatcher(tmp_path, db)
     d.stats.succeeded("a", 0.5)
     db.fail = psycopg.OperationalError("connection lost")
     d.stats_flush.run(d.stats_flush.last + 1000.0, force=True)
@@ -66,17 +73,8 @@ def test_a_flush_writes_the_gauges_without_the_deltas_it_flushes(tmp_path: Path)
     """Readers add the gauges' unflushed deltas to stage_stats: the flush writes
     both in one statement, the gauges with nothing left unflushed, so a live
     counter never counts a delta twice."""
-    from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.loop import Dispatcher
-
-    conf = tmp_path / "pepsi.conf"
-    conf.write_text(
-        "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
-        "[stage-a]\nPROGRAM = /bin/true\n"
-    )
     db = StubDatabase()
-    d = Dispatcher(load_config(str(conf)), db=db)  # type: ignore[arg-type]
-    d.link.up(0)
+    d = dispatcher(tmp_path, db)
     d.stats.succeeded("a", 0.5)
     d.stats.succeeded("a", 0.25)
     before = d._gauges(0.0)["unflushed"]
