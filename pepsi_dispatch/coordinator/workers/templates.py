@@ -175,6 +175,10 @@ class TemplateProcess:
         """A new worker with fresh pipes and ``slot``; OSError if the template
         cannot make one (the caller closes it and execs instead)."""
         assert slot.fd is not None
+        if self.proc is not None and _stopped(self.proc.pid):
+            # A stopped template (SIGSTOP, a debugger) would hold the loop for
+            # SPAWN_TIMEOUT at every spawn: exec instead, at once.
+            raise OSError(f"template pid {self.proc.pid} is stopped")
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -201,15 +205,26 @@ class TemplateProcess:
             self.proc.wait()
 
 
-def _parent_of(pid: int) -> int | None:
-    """The parent pid of process ``pid`` (None if there is no such process)."""
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after ``(comm)``: state, ppid, ... ([] if gone)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return None
+        return []
     # pid (comm) state ppid ...: comm may hold spaces and parentheses
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _stopped(pid: int) -> bool:
+    """Is process ``pid`` stopped (state T, or t: traced)?"""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in (b"T", b"t")
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of process ``pid`` (None if there is no such process)."""
+    fields = _stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 else None
 
 

@@ -5,7 +5,12 @@ group commit end to end, and the SDK's workers across a kill -9 of their dispatc
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+import time
+from pathlib import Path
 
 import pytest
 from dispatch_harness import (  # noqa: F401
@@ -370,3 +375,42 @@ def test_a_program_that_takes_no_offer_delays_its_first_burst_by_the_hold_at_mos
     first = starts[0][0]  # the probe, which holds a slot until it exits (2 s)
     later = [t - first for t, _ in starts[1:p]]
     assert len(later) == p - 1 and all(0.3 < dt < 1.8 for dt in later), (later, text)
+
+
+def _state(pid: int) -> str:
+    """The one-letter state of process ``pid`` (/proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
+
+
+def test_a_stopped_template_does_not_hold_the_loop(h: Harness) -> None:
+    """A template already stopped (SIGSTOP, a debugger) answers no spawn: the
+    next one held the loop for SPAWN_TIMEOUT (5 s) before it gave up. The
+    dispatcher sees it stopped and execs the replacement at once; every message
+    still runs once."""
+    log = h.tmp / "sdk.log"
+    program = f"{PYTHON} {ROOT / SDK_WORKER} --default-commit --log {log}"
+    stages = {"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 1, "MAX_MESSAGES": 3}}
+    conf = h.conf(stages, CONFIG_FILE=str(h.tmp / "pepsi.conf"), WORKER_IDLE_TIMEOUT="60 s")
+    d = h.start(conf)
+    h.enqueue("a", [{"plan": {"a": {"op": "finish"}}}])
+    found = wait_until(
+        lambda: re.search(r"template process pid (\d+) forked by", d.log()), 30, message="template"
+    )
+    template = int(found.group(1))
+    h.wait_all(timeout=30)
+    wait_until(lambda: len(d.workers().get("a", [])) >= 2, 10, message="worker and template up")
+    os.kill(template, signal.SIGSTOP)
+    try:
+        wait_until(lambda: _state(template) == "T", 5, message="the template stopped")
+        t0 = time.monotonic()
+        ids = h.enqueue("a", [{"plan": {"a": {"op": "finish"}}}] * 6)  # two recycles
+        h.wait_all(timeout=60)
+        took = time.monotonic() - t0
+        assert f"template pid {template} is stopped" in d.log(), d.tail()
+        assert took < 4, f"{took:.1f} s: a spawn waited on the stopped template"
+        runs = [r.wq_id for r in read_worker_log(log).runs if r.wq_id in set(ids)]
+        assert sorted(runs) == sorted(ids)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # closed: the stage execs now
+            os.kill(template, signal.SIGCONT)
