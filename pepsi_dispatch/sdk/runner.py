@@ -19,8 +19,9 @@ from .adapters import Ids
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
-from .loading import RELOAD, Loaded, carries_row, load_batch, parse_ids, split_runs
-from .pipe import LineReader, one_line, write_answers
+from .loading import RELOAD, Loaded, carries_row, load_batch, loaded_lines, parse_ids, split_runs
+from .pinning import Pin
+from .pipe import LineReader, one_line, parse_id, write_answers
 from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
@@ -69,6 +70,9 @@ class StageRunner:
         self.reader = LineReader(input_fd, self._before_read, self._after_read)
         #: group commit: the kinds sent through a set-based function (sdk/entry.py)
         self.set_based: frozenset[str] = frozenset(SET_BASED)
+        #: the check that a message's row is still our dispatcher's before its
+        #: handler starts (sdk/pinning.py); None without a dispatcher id
+        self.pin: Pin | None = None
         # Two variables, not one: the main code writes only the phase and the
         # signal handler only the stop request, so neither can overwrite the
         # other's news between a test and a write.
@@ -176,6 +180,9 @@ class StageRunner:
         served in turn. (With group commit a lone id comes here too; what
         arrives meanwhile waits for the next batch, to be committed together.)
         """
+        if self.pin is not None:
+            self._single_pinned(lines, attempt, self.pin)
+            return
         conn = self.connection.conn
         ahead = None
         if self.commit_mode is CommitMode.PER_MESSAGE:
@@ -196,6 +203,39 @@ class StageRunner:
                 if self.state is RunnerState.STOPPING:
                     return
             todo = ahead.take(conn) if ahead is not None else []
+
+    def _single_pinned(self, lines: list[bytes], attempt: Attempt, pin: Pin) -> None:
+        """:meth:`_batch_single` with the pin: each message's transaction begins
+        with its row pinned (one round trip, which is also its load); a message
+        whose row is no longer ours is answered without starting its handler."""
+        conn = self.connection.conn
+        while lines:
+            line = lines[0]
+            message_id = parse_id(line)
+            row, holder = None, None
+            if message_id is not None:
+                pinned = pin.begin(conn, [message_id])
+                row, holder = pinned.get(message_id, (None, None))
+            scope = Scope(conn, pinned=message_id is not None)
+            if message_id is not None and not pin.startable(row, holder):
+                answer = self._taken_over(pin, message_id, holder)
+            else:
+                self.in_hand.hold(message_id)
+                answer = self.dispatch.process(Loaded(line, message_id, row), scope, attempt)
+            scope.commit()
+            self.in_hand.clear()
+            write_answers(self.answer_fd, [answer])
+            del lines[0]
+            attempt = Attempt.FIRST
+            if self.state is RunnerState.STOPPING:
+                return
+
+    @staticmethod
+    def _taken_over(pin: Pin, message_id: int, holder: int | None) -> str:
+        """Say on stderr that a message is not started; its answer."""
+        answer = pin.taken_over(message_id, holder)
+        print(f"pepsi worker: {answer[2:]}", file=sys.stderr)
+        return answer
 
     def _batch_group(
         self, lines: list[bytes], attempt: Attempt, ids: list[int | None] | None = None
@@ -231,9 +271,12 @@ class StageRunner:
         handlers have run for :data:`GROUP_WINDOW`); how many were answered.
         Raises :class:`BatchFailed`, rolled back, when it cannot commit."""
         conn = self.connection.conn
-        loaded = self._load(conn, lines, attempt, ids)
         batch = GroupBatch(conn, self.set_based)
         try:
+            if self.pin is not None:
+                loaded = self._pin_group(batch, lines, ids)
+            else:
+                loaded = self._load(conn, lines, attempt, ids)
             answers, ending = self._group_messages(loaded, batch, attempt)
             self._read_ahead(batch)
             batch.commit()
@@ -270,6 +313,19 @@ class StageRunner:
             return load_batch(conn, lines, ids, read=rows)
         return load_batch(conn, lines, ids, use_lines=first)
 
+    def _pin_group(
+        self, batch: GroupBatch, lines: list[bytes], ids: list[int | None] | None
+    ) -> list[Loaded]:
+        """The lines with their rows, pinned in the batch's first round trip
+        (sdk/pinning.py): current rows, so rows on the lines and rows read ahead
+        are not used."""
+        assert self.pin is not None
+        if ids is None:
+            ids = parse_ids(lines)
+        self._ahead_rows = None
+        rows = batch.pin(self.pin, [i for i in ids if i is not None])
+        return loaded_lines(lines, rows, ids)
+
     def _read_ahead(self, batch: GroupBatch) -> None:
         """Take the id lines waiting on stdin (if none are taken yet), for the
         batch's commit to load their rows in its round trip."""
@@ -278,6 +334,8 @@ class StageRunner:
         self._ahead_lines = lines = self.reader.ready()
         self._ahead_line_ids = line_ids = parse_ids(lines)
         self._ahead_ids = {i for i in line_ids if i is not None}
+        if self.pin is not None:
+            return  # the next batch's pin reads its rows
         # A row line brings its row: only bare ids are read with the commit.
         batch.read_ahead = Ids(
             i
@@ -297,8 +355,14 @@ class StageRunner:
         against MAX_RUNTIME."""
         answers: list[str] = []
         started = time.monotonic()
+        holders, pin = batch.holders, self.pin
         for slot, item in enumerate(loaded):
             batch.slot = slot
+            if holders is not None and pin is not None and item.message_id is not None:
+                holder = holders.get(item.message_id)
+                if not pin.startable(item.row, holder):
+                    answers.append(self._taken_over(pin, item.message_id, holder))
+                    continue
             scope = Scope(batch.conn, CommitMode.GROUP, batch)
             self.in_hand.hold(item.message_id)
             try:
