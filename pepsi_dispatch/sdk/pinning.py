@@ -62,9 +62,8 @@ class Pin:
         """
         try:
             with conn.pipeline():
-                conn.execute("BEGIN")
-                cur = conn.execute(PIN_MESSAGES, (Ids(ids), self.dispatcher_id))
-            rows = cur.fetchall()
+                cur = self.send(conn, ids)
+            return self.rows(cur)
         except psycopg.Error:
             if (
                 not conn.broken
@@ -72,7 +71,16 @@ class Pin:
             ):
                 conn.execute("ROLLBACK")
             raise
-        return {r[0]: (r[:6], r[6]) for r in rows}
+
+    def send(self, conn: psycopg.Connection, ids: list[int]) -> psycopg.Cursor[Any]:
+        """Queue ``BEGIN`` and the pin (in the caller's pipeline); read it with :meth:`rows`."""
+        conn.execute("BEGIN")
+        return conn.execute(PIN_MESSAGES, (Ids(ids), self.dispatcher_id))
+
+    @staticmethod
+    def rows(cur: psycopg.Cursor[Any]) -> PinnedRows:
+        """What the pin returned: each row (as get_messages gives it) and its holder, by id."""
+        return {r[0]: (r[:6], r[6]) for r in cur.fetchall()}
 
     def startable(self, row: tuple[Any, ...] | None, holder: int | None) -> bool:
         """May the handler start? False only for a row running at our stage

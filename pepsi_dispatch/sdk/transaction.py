@@ -21,7 +21,7 @@ import psycopg
 from .adapters import Ids
 from .ahead import ReadAhead
 from .loading import GET_MESSAGES
-from .pinning import Pin
+from .pinning import Pin, PinnedRows
 from .pipe import exc_reason
 from .statements import ADVANCE_MANY, FINISH_MANY, MANY, SINGLE, Statement
 
@@ -165,6 +165,11 @@ class GroupBatch:
         self.ahead_rows: dict[int, tuple[Any, ...]] | None = None
         #: the holder of each row pinned for this batch (sdk/pinning.py), or None
         self.holders: dict[int, int | None] | None = None
+        #: the pin of the next batch's rows (its ids already waiting on stdin), sent
+        #: after this batch's COMMIT in the same round trip; what it returned, its
+        #: transaction left open for that batch (:meth:`adopt`)
+        self.pin_ahead: tuple[Pin, list[int]] | None = None
+        self.ahead_pinned: PinnedRows | None = None
         self._tx: psycopg.Transaction | None = None
         #: the transaction was begun by a plain BEGIN (the pin's): COMMIT ends it
         self._begun = False
@@ -174,8 +179,11 @@ class GroupBatch:
         (:meth:`~.pinning.Pin.begin`); the rows by id, their holders in
         :attr:`holders`. The deferred statements and the COMMIT then go in one
         pipeline, as without a pin."""
-        pinned = pin.begin(self.conn, ids) if ids else {}
-        self._begun = bool(ids)
+        return self.adopt(pin.begin(self.conn, ids) if ids else {}, bool(ids))
+
+    def adopt(self, pinned: PinnedRows, begun: bool = True) -> dict[int, tuple[Any, ...]]:
+        """Make the pin's transaction (``begun``: open) this batch's; the rows by id."""
+        self._begun = begun
         self.holders = {i: holder for i, (_, holder) in pinned.items()}
         return {i: row for i, (row, _) in pinned.items()}
 
@@ -232,17 +240,16 @@ class GroupBatch:
 
     def _send_all(self, bracket: bool) -> None:
         """Send the deferred statements in one pipeline (between BEGIN and COMMIT
-        with ``bracket``); note rows lost."""
+        with ``bracket``, then :attr:`read_ahead` or :attr:`pin_ahead`); note rows lost."""
         deferred, self.deferred = self.deferred, []
-        begin = bracket and not self._begun
-        if not deferred:
-            if bracket and self._begun:
-                self._begun = False
-                self.conn.execute("COMMIT")
+        groups = plan_flush(deferred) if deferred else []
+        begin = bracket and not self._begun and bool(groups)
+        commit = bracket and (self._begun or begin)
+        pin_ahead = self.pin_ahead if bracket else None
+        if not (groups or commit or pin_ahead):
             return
-        groups = plan_flush(deferred)
         try:
-            if begin and len(groups) == 1 and not self.read_ahead:
+            if begin and len(groups) == 1 and not self.read_ahead and pin_ahead is None:
                 # One statement is a transaction of its own in autocommit: no
                 # BEGIN, COMMIT or pipeline needed (a batch of no-op handlers that
                 # all finish, say: one set-based call, one round trip, one commit).
@@ -254,17 +261,21 @@ class GroupBatch:
                     self.conn.execute("BEGIN")
                 sent = [(self._send(kind, items), items) for kind, items in groups]
                 ahead = None
-                if bracket and self.read_ahead:
+                if commit and self.read_ahead:
                     # Inside the transaction: a row of this batch reads as it commits.
                     ahead = self.conn.execute(GET_MESSAGES, (self.read_ahead,))
-                if bracket:
+                if commit:
                     self.conn.execute("COMMIT")
+                # After it: the next batch's transaction, its rows pinned.
+                pinned = pin_ahead[0].send(self.conn, pin_ahead[1]) if pin_ahead else None
             if bracket:
                 self._begun = False
             for results, items in sent:
                 self.note_results(items, results())
             if ahead is not None:
                 self.ahead_rows = {row[0]: row for row in ahead.fetchall()}
+            if pinned is not None:
+                self.ahead_pinned = Pin.rows(pinned)
         except psycopg.Error as exc:
             if self.conn.broken:
                 raise
