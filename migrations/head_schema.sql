@@ -1448,19 +1448,27 @@ CREATE FUNCTION pepsi.pin_messages(ids bigint[], dispatcher_id bigint) RETURNS T
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
     AS $$
+DECLARE
+    n integer;
 BEGIN
-    PERFORM 1
-       FROM pepsi.workqueue AS w
-      WHERE w.workqueue_id = ANY (pin_messages.ids)
-        AND w.status = 'running'
-        AND w.dispatcher_id = pin_messages.dispatcher_id
-      ORDER BY w.workqueue_id
-        FOR NO KEY UPDATE;
     RETURN QUERY
     SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries, w.dispatcher_id
-      FROM unnest(pin_messages.ids) WITH ORDINALITY AS u(id, n)
-      JOIN pepsi.workqueue AS w ON w.workqueue_id = u.id
-     ORDER BY u.n;
+      FROM pepsi.workqueue AS w
+     WHERE w.workqueue_id = ANY (pin_messages.ids)
+       AND w.status = 'running'
+       AND w.dispatcher_id = pin_messages.dispatcher_id
+     ORDER BY w.workqueue_id
+       FOR NO KEY UPDATE;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n < coalesce(cardinality(pin_messages.ids), 0) THEN
+        RETURN QUERY
+        SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries,
+               w.dispatcher_id
+          FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = ANY (pin_messages.ids)
+           AND NOT (w.status = 'running'
+                    AND w.dispatcher_id IS NOT DISTINCT FROM pin_messages.dispatcher_id);
+    END IF;
 END
 $$;
 

@@ -1,8 +1,9 @@
 -- pepsi.pin_messages(ids bigint[], dispatcher_id bigint)
 --   → table(workqueue_id bigint, stage text, status text, payload jsonb, state jsonb,
 --           retries int, held_by bigint)
---   A worker's "may I start these?": reads many messages in one round trip, in
---   the order of ids (as get_messages: ids that do not exist are skipped), and
+--   A worker's "may I start these?": reads many messages in one round trip
+--   (ids that do not exist are skipped; the held rows first, in id order, then
+--   the others: one index scan in the usual case, where all are held), and
 --   locks, until the end of the caller's transaction, FOR NO KEY UPDATE, every
 --   row of ids that is 'running' and held by dispatcher_id.  A row comes back
 --   held (status 'running', held_by the dispatcher_id given) only if it is
@@ -13,8 +14,8 @@
 --   by another dispatcher) comes back as it is, unlocked: the caller must not
 --   start it.  Called in a transaction that then runs the handlers and the
 --   transitions (outside one, the lock ends with the call and pins nothing).
---   Waits for a lock another role holds on a held row (the dispatcher's own
---   writes skip locked rows: claim, reset_orphans); locks in id order.
+--   Waits for a lock another role holds on a held row (a competing replica's
+--   reset_orphans skips locked rows); locks in id order.
 --   Reads: pepsi.workqueue (primary key).  Locks: the held rows, FOR NO KEY UPDATE.
 --   Callers: pepsi_stage (SECURITY DEFINER: stage programs have no SELECT on
 --   the table).
@@ -35,18 +36,26 @@ SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
 AS $$
+DECLARE
+    n integer;
 BEGIN
-    PERFORM 1
-       FROM pepsi.workqueue AS w
-      WHERE w.workqueue_id = ANY (pin_messages.ids)
-        AND w.status = 'running'
-        AND w.dispatcher_id = pin_messages.dispatcher_id
-      ORDER BY w.workqueue_id
-        FOR NO KEY UPDATE;
     RETURN QUERY
     SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries, w.dispatcher_id
-      FROM unnest(pin_messages.ids) WITH ORDINALITY AS u(id, n)
-      JOIN pepsi.workqueue AS w ON w.workqueue_id = u.id
-     ORDER BY u.n;
+      FROM pepsi.workqueue AS w
+     WHERE w.workqueue_id = ANY (pin_messages.ids)
+       AND w.status = 'running'
+       AND w.dispatcher_id = pin_messages.dispatcher_id
+     ORDER BY w.workqueue_id
+       FOR NO KEY UPDATE;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n < coalesce(cardinality(pin_messages.ids), 0) THEN
+        RETURN QUERY
+        SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries,
+               w.dispatcher_id
+          FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = ANY (pin_messages.ids)
+           AND NOT (w.status = 'running'
+                    AND w.dispatcher_id IS NOT DISTINCT FROM pin_messages.dispatcher_id);
+    END IF;
 END
 $$;
