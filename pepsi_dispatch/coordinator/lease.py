@@ -38,6 +38,9 @@ class Lease:
         self.renewed_at = -INF
         #: lapsed: the workers were stopped; no claims until the next heartbeat
         self.lapsed = False
+        #: since a lapse: the rows we hold that no worker has go back to pending
+        #: once the database is reached again (a reconnect, or the next heartbeat)
+        self.strays_owed = False
 
     def renewed(self, sent_at: float) -> None:
         """A heartbeat (or registration) sent at ``sent_at`` went through."""

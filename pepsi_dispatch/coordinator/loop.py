@@ -406,6 +406,9 @@ class Dispatcher:
         self.ledger.forget_floors()
         self.db.heartbeat(self.dispatcher_id, self._gauges(now))
         self.lease.renewed(now)
+        if self.lease.strays_owed:  # back after a lapse without a reconnect
+            self.settlement.release_strays()
+            self.lease.strays_owed = False
         self.early_gauges.sent_now(now, self._gauge_signature())
         self.db.ping_listen()
         self._on_listen(now)  # notifications that arrived during the ping
@@ -420,7 +423,7 @@ class Dispatcher:
         """Competing: no heartbeat went through for nearly ORPHAN_TIMEOUT. Stop
         every worker before another replica may reset our rows and run them;
         release nothing (coordinator/lease.py)."""
-        self.lease.lapsed = True
+        self.lease.lapsed = self.lease.strays_owed = True
         n_workers = len(self.supervisor.all())
         held = self.supervisor.drop_all()
         self.ledger.forget_holders()
@@ -494,6 +497,7 @@ class Dispatcher:
         # committed while its answer was lost) go back to pending; rows
         # with an owed failure or answer check are left for those writes.
         self.settlement.release_strays()
+        self.lease.strays_owed = False
 
     def check_registration(self, now: float = 0.0) -> None:
         """Competing: were we declared dead? (coordinator/comeback.py)"""
