@@ -1492,6 +1492,38 @@ BEGIN
 END
 $_$;
 
+CREATE FUNCTION pepsi.pin_messages(ids bigint[], dispatcher_id bigint) RETURNS TABLE(workqueue_id bigint, stage text, status text, payload jsonb, state jsonb, retries integer, held_by bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
+    AS $$
+DECLARE
+    n integer;
+BEGIN
+    RETURN QUERY
+    SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries, w.dispatcher_id
+      FROM pepsi.workqueue AS w
+     WHERE w.workqueue_id = ANY (pin_messages.ids)
+       AND w.status = 'running'
+       AND w.dispatcher_id = pin_messages.dispatcher_id
+     ORDER BY w.workqueue_id
+       FOR NO KEY UPDATE;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n < coalesce(cardinality(pin_messages.ids), 0) THEN
+        RETURN QUERY
+        SELECT w.workqueue_id, w.stage, w.status, w.payload, w.state, w.retries,
+               w.dispatcher_id
+          FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = ANY (pin_messages.ids)
+           AND NOT (w.status = 'running'
+                    AND w.dispatcher_id IS NOT DISTINCT FROM pin_messages.dispatcher_id);
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pepsi.purge(statuses text[], stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, dry_run boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -2149,10 +2181,15 @@ BEGIN
            AND d.heartbeat_at < now() - coalesce(reset_orphans.orphan_timeout, interval '0');
         UPDATE pepsi.workqueue AS w
            SET status = 'pending', dispatcher_id = NULL, updated_at = now()
-         WHERE w.status = 'running'
-           AND w.dispatcher_id IS DISTINCT FROM reset_orphans.dispatcher_id
-           AND NOT EXISTS (SELECT 1 FROM pepsi.dispatchers AS d
-                            WHERE d.dispatcher_id = w.dispatcher_id);
+         WHERE w.workqueue_id IN (
+                   SELECT o.workqueue_id
+                     FROM pepsi.workqueue AS o
+                    WHERE o.status = 'running'
+                      AND o.dispatcher_id IS DISTINCT FROM reset_orphans.dispatcher_id
+                      AND NOT EXISTS (SELECT 1 FROM pepsi.dispatchers AS d
+                                       WHERE d.dispatcher_id = o.dispatcher_id)
+                      FOR UPDATE SKIP LOCKED)
+           AND w.status = 'running';
     ELSE
         DELETE FROM pepsi.dispatchers AS d
          WHERE d.dispatcher_id IS DISTINCT FROM reset_orphans.dispatcher_id;
@@ -2691,6 +2728,9 @@ REVOKE ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) FROM PUBLIC
 GRANT ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) TO pepsi_operator;
 GRANT ALL ON FUNCTION pepsi.pause_stage(stage text, paused boolean) TO pepsi_dashboard;
+
+REVOKE ALL ON FUNCTION pepsi.pin_messages(ids bigint[], dispatcher_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.pin_messages(ids bigint[], dispatcher_id bigint) TO pepsi_stage;
 
 REVOKE ALL ON FUNCTION pepsi.purge(statuses text[], stage text, older_than interval, dry_run boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.purge(statuses text[], stage text, older_than interval, dry_run boolean) TO pepsi_dispatcher;

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 
 from pepsi_dispatch.coordinator.database.calls import Database
+from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.workers.supervisor import Supervisor
 
@@ -41,11 +42,14 @@ class Comeback:
         supervisor: Supervisor,
         ledger: Ledger,
         declared_dead: Callable[[], bool],
+        fence: Fence | None = None,
     ) -> None:
         self.db = db
         self.supervisor = supervisor
         self.ledger = ledger
         self.declared_dead = declared_dead
+        #: our id, to release what we still hold once declared dead (None: nothing)
+        self.fence = fence
         #: the epoch of the server we last worked with (None: not connected yet).
         self.server_epoch: Epoch | None = None
 
@@ -71,6 +75,14 @@ class Comeback:
             n_workers,
             held,
         )
+        # Rows still running under our id: the other replica skipped them while
+        # one of our workers had them pinned (pepsi.pin_messages). Nobody resets
+        # them once we are registered again, so they go back to pending first
+        # (a failure raises before the heartbeat: the next check does it again).
+        if self.fence is not None:
+            left = self.db.release(self.fence.id, None)
+            if left:
+                log.info("released %d row(s) still running under our id", left)
 
     def check_server_restart(self) -> bool:
         """If the server restarted since we last worked with it, stop every

@@ -41,6 +41,7 @@ from pepsi_dispatch.coordinator.database.settle import Settlement
 from pepsi_dispatch.coordinator.database.stats_flush import StatsFlush
 from pepsi_dispatch.coordinator.duties import Every, earliest
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
+from pepsi_dispatch.coordinator.lease import lease_of
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.privileges import check_access, config_files, log_files
 from pepsi_dispatch.coordinator.schedules import Scheduler
@@ -128,6 +129,8 @@ class Dispatcher:
         #: signal handlers only set flags; their wakeup fd wakes the selector.
         self.signals = SelfPipe()
         self.heartbeat_interval = _heartbeat_interval(self.dispatch_config)
+        #: competing: the workers stop a margin before others may reset our rows
+        self.lease = lease_of(dispatch_config, self.heartbeat_interval)
         self.heartbeat_duties = self._heartbeat_duties()
         self.early_gauges = gauges.EarlyGauges()
         self.scheduler = Scheduler(config.schedules, self.db, lambda: not self.shutting_down)
@@ -147,7 +150,7 @@ class Dispatcher:
             self.fence,
             self.flip,
             self.isolation,
-            lambda: self.shutting_down,
+            self._no_claims,
         )
         self.stats_flush = StatsFlush(
             self.db,
@@ -161,7 +164,7 @@ class Dispatcher:
         )
         self.settlement = Settlement(self.db, self.fence, self.ledger, self.stats)
         self.comeback = Comeback(
-            self.db, self.supervisor, self.ledger, self.round_trip.declared_dead
+            self.db, self.supervisor, self.ledger, self.round_trip.declared_dead, self.fence
         )
 
     def _heartbeat_duties(self) -> list[Every]:
@@ -193,7 +196,9 @@ class Dispatcher:
         # Privileges are dropped by now: what a reload or a log rotation will need
         # later must work for this user, or we refuse to start (exit 2).
         check_access(config_files(self.config), log_files())
+        registered_at = self.clock()
         self.config, self.dispatcher_id = open_database(self.db, self.config)
+        self.lease.renewed(registered_at)
         self.comeback.connected()
         self.link.up(self.db.listen_pid())
         self.link.watch_listen(self._on_listen)
@@ -276,7 +281,7 @@ class Dispatcher:
         # reconnect; a reload never runs once stopping, so it must not spin the loop).
         if link.ready(now) and (
             (self.reload_pending and not self.shutting_down)
-            or self.round_trip.due(now, self.shutting_down)
+            or self.round_trip.due(now, self._no_claims())
         ):
             return 0.0
         if link.held(now):
@@ -293,6 +298,7 @@ class Dispatcher:
         else:
             t = link.reconnect_at
         t = min(t, self.shutdown_deadline, self.systemd_watchdog.due(), self.early_gauges.due)
+        t = min(t, self.lease.deadline())
         t = min(t, self.supervisor.next_deadline(now))
         return t - now
 
@@ -322,6 +328,8 @@ class Dispatcher:
         """Watchdogs, the heartbeat's duties, stop deadlines, reconnects."""
         self.systemd_watchdog.tick(now)
         self.failwatch.check(now)
+        if self.lease.due(now):
+            self._lease_lapsed(now)
         if not self.link.connected and now >= self.link.reconnect_at:
             self._reconnect(now)
         self._run_duties(now)
@@ -391,6 +399,7 @@ class Dispatcher:
         except psycopg.Error as exc:
             self.link.lost(now, exc)
             return
+        self.lease.renewed(now)
         self.early_gauges.sent_now(now, sig)
 
     def _beat(self, now: float) -> None:
@@ -400,17 +409,46 @@ class Dispatcher:
         workers may still be finishing them within SHUTDOWN_TIMEOUT."""
         if self.shutting_down:
             self.db.heartbeat(self.dispatcher_id)
+            self.lease.renewed(now)
             return
         # Rows made pending without a notification (an operator's requeue_failed)
         # are claimed at the latest on this tick (when busy, within about a second:
         # a claim in the same round trip as requeue_due goes unbounded).
         self.ledger.forget_floors()
         self.db.heartbeat(self.dispatcher_id, self._gauges(now))
+        self.lease.renewed(now)
+        if self.lease.strays_owed:  # back after a lapse without a reconnect
+            self.settlement.release_strays()
+            self.lease.strays_owed = False
         self.early_gauges.sent_now(now, self._gauge_signature())
         self.db.ping_listen()
         self._on_listen(now)  # notifications that arrived during the ping
         self.flip.due_now(now)
         self.ledger.want_claim()
+
+    def _no_claims(self) -> bool:
+        """Stopping, or the lease lapsed: no claims (nor flips) in the round trip."""
+        return self.shutting_down or self.lease.lapsed
+
+    def _lease_lapsed(self, now: float) -> None:
+        """Competing: no heartbeat went through for nearly ORPHAN_TIMEOUT. Stop
+        every worker before another replica may reset our rows and run them;
+        release nothing (coordinator/lease.py)."""
+        self.lease.lapsed = self.lease.strays_owed = True
+        n_workers = len(self.supervisor.all())
+        held = self.supervisor.drop_all()
+        self.ledger.forget_holders()
+        log.warning(
+            "could not renew this replica's heartbeat for %.1f s (ORPHAN_TIMEOUT %g s, other"
+            " replicas may reset our rows in %.1f s); stopped %d worker(s) holding %d"
+            " message(s); no claims until a heartbeat goes through (what we still hold then"
+            " goes back to pending)",
+            now - self.lease.renewed_at,
+            self.dispatch_config.orphan_timeout,
+            self.lease.margin,
+            n_workers,
+            held,
+        )
 
     def _reset_orphans(self, now: float) -> None:
         """Competing: rows of replicas dead longer than ORPHAN_TIMEOUT back to pending."""
@@ -465,10 +503,12 @@ class Dispatcher:
         self.check_registration()
         self.comeback.check_server_restart()
         self.db.heartbeat(self.dispatcher_id)
+        self.lease.renewed(now)
         # Rows the database says we hold but no worker has (a claim that
         # committed while its answer was lost) go back to pending; rows
         # with an owed failure or answer check are left for those writes.
         self.settlement.release_strays()
+        self.lease.strays_owed = False
 
     def check_registration(self, now: float = 0.0) -> None:
         """Competing: were we declared dead? (coordinator/comeback.py)"""

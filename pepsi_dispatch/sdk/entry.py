@@ -30,6 +30,7 @@ from .lending import (
     take_lent,
 )
 from .message import Handler
+from .pinning import Pin
 from .pipe import protect_stdio
 from .routing import HandlerDispatch, StageGraph
 from .runner import StageRunner
@@ -183,6 +184,7 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         dispatch.keeps_tracebacks = facts.keeps_tracebacks
         mode = commit_mode(group_commit, in_hand)
         runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd, in_hand)
+        runner.pin = _pin(dispatcher_id, stage, facts.pins)
         if mode is CommitMode.GROUP:
             runner.set_based = facts.set_based
         status = _serve(runner)
@@ -192,6 +194,22 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         # (reset), for the next worker; otherwise it is closed.
         if status != 0 or not give_back(connection.conn):
             connection.close()
+
+
+def _pin(dispatcher_id: int | None, stage: str, may_pin: bool) -> Pin | None:
+    """The check before each handler starts (sdk/pinning.py): with a dispatcher
+    id, when the database has ``pepsi.pin_messages``; without, None (said once)."""
+    if dispatcher_id is None:
+        return None
+    if not may_pin:
+        print(
+            "pepsi worker: the database lacks pepsi.pin_messages (or this role may not"
+            " call it): handlers start without checking that the row is still this"
+            " dispatcher's; migrate the database ('pepsi-queue migrate')",
+            file=sys.stderr,
+        )
+        return None
+    return Pin(dispatcher_id, stage)
 
 
 def _cannot_connect(exc: psycopg.Error) -> int:

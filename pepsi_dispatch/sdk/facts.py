@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from .pinning import PIN_SIGNATURE
 from .statements import NOTE_TRACEBACK, SET_BASED_FUNCTIONS
 
 __all__ = [
@@ -32,7 +33,8 @@ _KINDS, _SIGNATURES = (list(c) for c in zip(*SET_BASED_FUNCTIONS.items(), strict
 
 #: The overlay's rows (section, option, value) in the order stage_config()
 #: gives them, the stages with RETRY_DELAY, whether note_traceback() may be
-#: called, and the transition kinds whose set-based function may be called.
+#: called, the transition kinds whose set-based function may be called, and
+#: whether pin_messages() may be called.
 _START_FACTS = f"""
 SELECT ARRAY(SELECT ARRAY[c.section, c.option, c.value]
                FROM pepsi.stage_config() WITH ORDINALITY AS c(section, option, value, n)
@@ -41,7 +43,8 @@ SELECT ARRAY(SELECT ARRAY[c.section, c.option, c.value]
               WHERE r.retry_delay IS NOT NULL),
        {_CALLABLE.format(sig="%(tb)s")},
        ARRAY(SELECT f.k FROM unnest(%(kinds)s::text[], %(sigs)s::text[]) AS f(k, sig)
-              WHERE {_CALLABLE.format(sig="f.sig")})
+              WHERE {_CALLABLE.format(sig="f.sig")}),
+       {_CALLABLE.format(sig="%(pin)s")}
 """
 
 
@@ -57,6 +60,8 @@ class StartFacts:
     keeps_tracebacks: bool
     #: transition kinds sent through a set-based function (group commit)
     set_based: frozenset[str]
+    #: this role may call ``pepsi.pin_messages`` (the check before a handler starts)
+    pins: bool = False
 
 
 def start_facts(conn: psycopg.Connection) -> StartFacts:
@@ -66,7 +71,7 @@ def start_facts(conn: psycopg.Connection) -> StartFacts:
 
     Raises what :func:`overlay_rows` raises when the overlay cannot be read.
     """
-    params = {"tb": NOTE_TRACEBACK, "kinds": _KINDS, "sigs": _SIGNATURES}
+    params = {"tb": NOTE_TRACEBACK, "kinds": _KINDS, "sigs": _SIGNATURES, "pin": PIN_SIGNATURE}
     try:
         row = conn.execute(_START_FACTS, params).fetchone()
     except psycopg.Error as exc:
@@ -77,14 +82,16 @@ def start_facts(conn: psycopg.Connection) -> StartFacts:
             retry_stages(conn),
             may_call(conn, NOTE_TRACEBACK),
             set_based_kinds(conn),
+            may_call(conn, PIN_SIGNATURE),
         )
     assert row is not None
-    overlay, retrying, keeps_tracebacks, set_based = row
+    overlay, retrying, keeps_tracebacks, set_based, pins = row
     return StartFacts(
         [(r[0], r[1], r[2]) for r in overlay],
         frozenset(retrying),
         bool(keeps_tracebacks),
         frozenset(set_based),
+        bool(pins),
     )
 
 

@@ -19,8 +19,9 @@ from .adapters import Ids
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
-from .loading import RELOAD, Loaded, carries_row, load_batch, parse_ids, split_runs
-from .pipe import LineReader, one_line, write_answers
+from .loading import RELOAD, Loaded, carries_row, load_batch, loaded_lines, parse_ids, split_runs
+from .pinning import Pin, PinnedRows
+from .pipe import LineReader, one_line, parse_id, write_answers
 from .routing import Attempt, HandlerDispatch
 from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
 
@@ -69,6 +70,12 @@ class StageRunner:
         self.reader = LineReader(input_fd, self._before_read, self._after_read)
         #: group commit: the kinds sent through a set-based function (sdk/entry.py)
         self.set_based: frozenset[str] = frozenset(SET_BASED)
+        #: the check that a message's row is still our dispatcher's before its
+        #: handler starts (sdk/pinning.py); None without a dispatcher id
+        self.pin: Pin | None = None
+        #: the ids pinned after the last commit and what the pin returned: its
+        #: transaction is open, for the batch of those ids (:meth:`_take_pinned`)
+        self._pinned_ahead: tuple[frozenset[int], PinnedRows] | None = None
         # Two variables, not one: the main code writes only the phase and the
         # signal handler only the stop request, so neither can overwrite the
         # other's news between a test and a write.
@@ -120,6 +127,7 @@ class StageRunner:
                 lines, ids = self._ahead_lines, self._ahead_line_ids
                 self._ahead_lines = []
                 if not lines:
+                    self._take_pinned([], Attempt.REDO)  # none: not left open while idle
                     lines, ids = self.reader.lines(), None
                 if not lines:
                     return 0  # EOF
@@ -132,7 +140,17 @@ class StageRunner:
         except BrokenPipeError:
             print("pepsi worker: the dispatcher closed our stdout; exiting", file=sys.stderr)
             return 1
+        finally:
+            self._let_go_of_pins()
         return 0
+
+    def _let_go_of_pins(self) -> None:
+        """Ending: the rows pinned for a batch that will not run go (best effort:
+        the session's end would end the transaction too)."""
+        try:
+            self._take_pinned([], Attempt.REDO)
+        except psycopg.Error:
+            pass
 
     def _run_batch(self, lines: list[bytes], ids: list[int | None] | None = None) -> None:
         """Process the lines (``ids``: their :func:`~.loading.parse_ids`, if parsed).
@@ -164,6 +182,7 @@ class StageRunner:
                     raise
                 print(f"pepsi worker: database connection lost: {exc}", file=sys.stderr)
                 self._ahead_rows = None  # read before the loss: load again
+                self._pinned_ahead = None  # its transaction is gone
                 self.connection.reconnect()
                 attempt = Attempt.REDO
                 ids = None
@@ -176,6 +195,9 @@ class StageRunner:
         served in turn. (With group commit a lone id comes here too; what
         arrives meanwhile waits for the next batch, to be committed together.)
         """
+        if self.pin is not None:
+            self._single_pinned(lines, attempt, self.pin)
+            return
         conn = self.connection.conn
         ahead = None
         if self.commit_mode is CommitMode.PER_MESSAGE:
@@ -196,6 +218,43 @@ class StageRunner:
                 if self.state is RunnerState.STOPPING:
                     return
             todo = ahead.take(conn) if ahead is not None else []
+
+    def _single_pinned(self, lines: list[bytes], attempt: Attempt, pin: Pin) -> None:
+        """:meth:`_batch_single` with the pin: each message's transaction begins
+        with its row pinned (one round trip, which is also its load); a message
+        whose row is no longer ours is answered without starting its handler."""
+        conn = self.connection.conn
+        while lines:
+            line = lines[0]
+            message_id = parse_id(line)
+            row, holder = None, None
+            if message_id is not None:
+                pinned = self._take_pinned([message_id], attempt)
+                if pinned is None:
+                    pinned = pin.begin(conn, [message_id])
+                row, holder = pinned.get(message_id, (None, None))
+            else:
+                self._take_pinned([], Attempt.REDO)
+            scope = Scope(conn, pinned=message_id is not None)
+            if message_id is not None and not pin.startable(row, holder):
+                answer = self._taken_over(pin, message_id, holder)
+            else:
+                self.in_hand.hold(message_id)
+                answer = self.dispatch.process(Loaded(line, message_id, row), scope, attempt)
+            scope.commit()
+            self.in_hand.clear()
+            write_answers(self.answer_fd, [answer])
+            del lines[0]
+            attempt = Attempt.FIRST
+            if self.state is RunnerState.STOPPING:
+                return
+
+    @staticmethod
+    def _taken_over(pin: Pin, message_id: int, holder: int | None) -> str:
+        """Say on stderr that a message is not started; its answer."""
+        answer = pin.taken_over(message_id, holder)
+        print(f"pepsi worker: {answer[2:]}", file=sys.stderr)
+        return answer
 
     def _batch_group(
         self, lines: list[bytes], attempt: Attempt, ids: list[int | None] | None = None
@@ -231,13 +290,18 @@ class StageRunner:
         handlers have run for :data:`GROUP_WINDOW`); how many were answered.
         Raises :class:`BatchFailed`, rolled back, when it cannot commit."""
         conn = self.connection.conn
-        loaded = self._load(conn, lines, attempt, ids)
         batch = GroupBatch(conn, self.set_based)
         try:
+            if self.pin is not None:
+                loaded = self._pin_group(batch, lines, attempt, ids)
+            else:
+                loaded = self._load(conn, lines, attempt, ids)
             answers, ending = self._group_messages(loaded, batch, attempt)
             self._read_ahead(batch)
             batch.commit()
             self._ahead_rows = batch.ahead_rows
+            if batch.ahead_pinned is not None and batch.pin_ahead is not None:
+                self._pinned_ahead = (frozenset(batch.pin_ahead[1]), batch.ahead_pinned)
         except BaseException:
             batch.rollback()
             raise
@@ -270,6 +334,41 @@ class StageRunner:
             return load_batch(conn, lines, ids, read=rows)
         return load_batch(conn, lines, ids, use_lines=first)
 
+    def _pin_group(
+        self,
+        batch: GroupBatch,
+        lines: list[bytes],
+        attempt: Attempt,
+        ids: list[int | None] | None,
+    ) -> list[Loaded]:
+        """The lines with their rows, pinned (sdk/pinning.py): with the last
+        commit when they were waiting then, else in the batch's first round
+        trip. Current rows: rows on the lines and rows read ahead are not used."""
+        assert self.pin is not None
+        if ids is None:
+            ids = parse_ids(lines)
+        self._ahead_rows = None
+        wanted = [i for i in ids if i is not None]
+        pinned = self._take_pinned(wanted, attempt)
+        if pinned is not None:
+            return loaded_lines(lines, batch.adopt(pinned), ids)
+        return loaded_lines(lines, batch.pin(self.pin, wanted), ids)
+
+    def _take_pinned(self, ids: list[int], attempt: Attempt) -> PinnedRows | None:
+        """The rows pinned with the last commit, if they are these ids' (the first
+        attempt); its transaction is then the caller's. Otherwise that
+        transaction, if any, is rolled back (its pins go) and None returned."""
+        ahead, self._pinned_ahead = self._pinned_ahead, None
+        if ahead is None:
+            return None
+        pinned_ids, rows = ahead
+        if ids and attempt is Attempt.FIRST and pinned_ids.issuperset(ids):
+            return rows
+        conn = self.connection.conn
+        if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+        return None
+
     def _read_ahead(self, batch: GroupBatch) -> None:
         """Take the id lines waiting on stdin (if none are taken yet), for the
         batch's commit to load their rows in its round trip."""
@@ -278,6 +377,12 @@ class StageRunner:
         self._ahead_lines = lines = self.reader.ready()
         self._ahead_line_ids = line_ids = parse_ids(lines)
         self._ahead_ids = {i for i in line_ids if i is not None}
+        if self.pin is not None:
+            # The next batch's rows: pinned after this batch's COMMIT, in its round trip.
+            wanted = [i for i in line_ids if i is not None]
+            if wanted and self.state is not RunnerState.STOPPING:
+                batch.pin_ahead = (self.pin, wanted)
+            return
         # A row line brings its row: only bare ids are read with the commit.
         batch.read_ahead = Ids(
             i
@@ -297,8 +402,14 @@ class StageRunner:
         against MAX_RUNTIME."""
         answers: list[str] = []
         started = time.monotonic()
+        holders, pin = batch.holders, self.pin
         for slot, item in enumerate(loaded):
             batch.slot = slot
+            if holders is not None and pin is not None and item.message_id is not None:
+                holder = holders.get(item.message_id)
+                if not pin.startable(item.row, holder):
+                    answers.append(self._taken_over(pin, item.message_id, holder))
+                    continue
             scope = Scope(batch.conn, CommitMode.GROUP, batch)
             self.in_hand.hold(item.message_id)
             try:

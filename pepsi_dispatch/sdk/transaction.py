@@ -21,6 +21,7 @@ import psycopg
 from .adapters import Ids
 from .ahead import ReadAhead
 from .loading import GET_MESSAGES
+from .pinning import Pin, PinnedRows
 from .pipe import exc_reason
 from .statements import ADVANCE_MANY, FINISH_MANY, MANY, SINGLE, Statement
 
@@ -162,12 +163,34 @@ class GroupBatch:
         #: round trip, and their rows once loaded (None: not loaded)
         self.read_ahead: list[int] = []
         self.ahead_rows: dict[int, tuple[Any, ...]] | None = None
+        #: the holder of each row pinned for this batch (sdk/pinning.py), or None
+        self.holders: dict[int, int | None] | None = None
+        #: the pin of the next batch's rows (its ids already waiting on stdin), sent
+        #: after this batch's COMMIT in the same round trip; what it returned, its
+        #: transaction left open for that batch (:meth:`adopt`)
+        self.pin_ahead: tuple[Pin, list[int]] | None = None
+        self.ahead_pinned: PinnedRows | None = None
         self._tx: psycopg.Transaction | None = None
+        #: the transaction was begun by a plain BEGIN (the pin's): COMMIT ends it
+        self._begun = False
+
+    def pin(self, pin: Pin, ids: list[int]) -> dict[int, tuple[Any, ...]]:
+        """Begin the batch's transaction with the pin of its rows
+        (:meth:`~.pinning.Pin.begin`); the rows by id, their holders in
+        :attr:`holders`. The deferred statements and the COMMIT then go in one
+        pipeline, as without a pin."""
+        return self.adopt(pin.begin(self.conn, ids) if ids else {}, bool(ids))
+
+    def adopt(self, pinned: PinnedRows, begun: bool = True) -> dict[int, tuple[Any, ...]]:
+        """Make the pin's transaction (``begun``: open) this batch's; the rows by id."""
+        self._begun = begun
+        self.holders = {i: holder for i, (_, holder) in pinned.items()}
+        return {i: row for i, (row, _) in pinned.items()}
 
     def open(self) -> None:
         """Make sure the batch's transaction has begun, then send what was deferred
         so far, so that it runs before the savepoint about to be opened."""
-        if self._tx is None:
+        if self._tx is None and not self._begun:
             tx = self.conn.transaction()
             tx.__enter__()
             self._tx = tx
@@ -189,6 +212,7 @@ class GroupBatch:
     def rollback(self) -> None:
         """Undo the batch (after an error), unless the connection is gone."""
         tx, self._tx = self._tx, None
+        self._begun = False
         if self.conn.broken:
             return
         if tx is not None:
@@ -216,13 +240,16 @@ class GroupBatch:
 
     def _send_all(self, bracket: bool) -> None:
         """Send the deferred statements in one pipeline (between BEGIN and COMMIT
-        with ``bracket``); note rows lost."""
+        with ``bracket``, then :attr:`read_ahead` or :attr:`pin_ahead`); note rows lost."""
         deferred, self.deferred = self.deferred, []
-        if not deferred:
+        groups = plan_flush(deferred) if deferred else []
+        begin = bracket and not self._begun and bool(groups)
+        commit = bracket and (self._begun or begin)
+        pin_ahead = self.pin_ahead if bracket else None
+        if not (groups or commit or pin_ahead):
             return
-        groups = plan_flush(deferred)
         try:
-            if bracket and len(groups) == 1 and not self.read_ahead:
+            if begin and len(groups) == 1 and not self.read_ahead and pin_ahead is None:
                 # One statement is a transaction of its own in autocommit: no
                 # BEGIN, COMMIT or pipeline needed (a batch of no-op handlers that
                 # all finish, say: one set-based call, one round trip, one commit).
@@ -230,19 +257,25 @@ class GroupBatch:
                 self.note_results(items, self._send(kind, items)())
                 return
             with self.conn.pipeline():
-                if bracket:
+                if begin:
                     self.conn.execute("BEGIN")
                 sent = [(self._send(kind, items), items) for kind, items in groups]
                 ahead = None
-                if bracket and self.read_ahead:
+                if commit and self.read_ahead:
                     # Inside the transaction: a row of this batch reads as it commits.
                     ahead = self.conn.execute(GET_MESSAGES, (self.read_ahead,))
-                if bracket:
+                if commit:
                     self.conn.execute("COMMIT")
+                # After it: the next batch's transaction, its rows pinned.
+                pinned = pin_ahead[0].send(self.conn, pin_ahead[1]) if pin_ahead else None
+            if bracket:
+                self._begun = False
             for results, items in sent:
                 self.note_results(items, results())
             if ahead is not None:
                 self.ahead_rows = {row[0]: row for row in ahead.fetchall()}
+            if pinned is not None:
+                self.ahead_pinned = Pin.rows(pinned)
         except psycopg.Error as exc:
             if self.conn.broken:
                 raise
@@ -284,6 +317,7 @@ class Scope:
         mode: CommitMode = CommitMode.PER_MESSAGE,
         batch: GroupBatch | None = None,
         ahead: ReadAhead | None = None,
+        pinned: bool = False,
     ) -> None:
         if mode is CommitMode.GROUP and batch is None:
             raise ValueError("group commit needs its batch")
@@ -292,6 +326,9 @@ class Scope:
         self.batch = batch
         #: sends a statement run alone in autocommit with the next rows (sdk/ahead.py)
         self.ahead = ahead
+        #: one commit per message: the transaction the pin of this message's row
+        #: began (sdk/pinning.py) is open under its levels; :meth:`commit` ends it
+        self.pinned = pinned
         self._levels: list[psycopg.Transaction] = []
         self._before_push: Callable[[], None] | None = batch.open if batch else None
 
@@ -320,9 +357,32 @@ class Scope:
             tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
 
     def commit(self) -> None:
-        """Release/commit every open level, innermost first."""
+        """Release/commit every open level, innermost first (and the pinned
+        transaction, if still open)."""
         while self._levels:
             self._levels.pop().__exit__(None, None, None)
+        if self.pinned:
+            self.pinned = False
+            self.conn.execute("COMMIT")
+
+    def _last_and_commit(self, statement: Statement) -> Any:
+        """Pinned, no level open: the statement and COMMIT in one pipeline (one
+        round trip, as the statement alone in autocommit would be); its first row.
+        A statement that fails leaves the transaction rolled back."""
+        self.pinned = False
+        conn = self.conn
+        try:
+            with conn.pipeline():
+                cur = conn.execute(SINGLE[statement.kind], statement.params)
+                conn.execute("COMMIT")
+        except psycopg.Error:
+            if (
+                not conn.broken
+                and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+            ):
+                conn.execute("ROLLBACK")
+            raise
+        return cur.fetchone()
 
     def write(self, statement: Statement, role: Role) -> None:
         """Send one statement of this message as :func:`call_mode` says.
@@ -337,6 +397,11 @@ class Scope:
             return
         if mode is CallMode.IN_TRANSACTION:
             self.enter()
+        elif self.pinned:  # AUTOCOMMIT: in the pinned transaction, committed with it
+            row = self._last_and_commit(statement)
+            if not (row and row[0]):
+                raise RowLost(statement.lost)
+            return
         elif self.ahead is not None:  # AUTOCOMMIT: read ahead in the same round trip
             row = self.ahead.send(self.conn, SINGLE[statement.kind], statement.params)
             if not (row and row[0]):

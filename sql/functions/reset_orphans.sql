@@ -11,14 +11,24 @@
 --   younger is not removed -- it may be re-establishing its connection with
 --   its workers still running -- but nothing counts or exports it: see
 --   pepsi._dispatcher_live.)
+--   Competing, a row some session holds locked is skipped, not waited for
+--   (a worker of the dead replica pins the rows whose handlers run:
+--   pin_messages): its dispatcher is no longer registered, so the next call
+--   (every replica's heartbeat) resets it once the lock is gone, unless that
+--   dispatcher comes back first (it then releases what it still holds).
 --   Writes: pepsi.workqueue, pepsi.dispatchers.  Reads: workqueue_running_idx.
---   Locks: the rows reset, the registrations removed.
+--   Locks: the rows reset (competing: SKIP LOCKED), the registrations removed.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
 --
 -- Why v2: a single dispatcher started after one killed with SIGKILL left
 --   the dead one registered for ORPHAN_TIMEOUT (300 s by default), counted
 --   and exported with its last gauges; holding the lock exclusively proves
 --   every other registration dead.
+-- Why v3: a worker now locks the rows whose handlers it runs (pin_messages),
+--   so that a replica cannot reset and hand out a row while its handler runs.
+--   Waiting for those locks would stall the replica's heartbeat for
+--   lock_timeout and fail the whole reset while any handler of a frozen
+--   replica held one; competing, locked rows are skipped and taken later.
 CREATE OR REPLACE FUNCTION pepsi.reset_orphans(dispatcher_id bigint, competing boolean,
                                                orphan_timeout interval)
 RETURNS integer
@@ -34,10 +44,15 @@ BEGIN
            AND d.heartbeat_at < now() - coalesce(reset_orphans.orphan_timeout, interval '0');
         UPDATE pepsi.workqueue AS w
            SET status = 'pending', dispatcher_id = NULL, updated_at = now()
-         WHERE w.status = 'running'
-           AND w.dispatcher_id IS DISTINCT FROM reset_orphans.dispatcher_id
-           AND NOT EXISTS (SELECT 1 FROM pepsi.dispatchers AS d
-                            WHERE d.dispatcher_id = w.dispatcher_id);
+         WHERE w.workqueue_id IN (
+                   SELECT o.workqueue_id
+                     FROM pepsi.workqueue AS o
+                    WHERE o.status = 'running'
+                      AND o.dispatcher_id IS DISTINCT FROM reset_orphans.dispatcher_id
+                      AND NOT EXISTS (SELECT 1 FROM pepsi.dispatchers AS d
+                                       WHERE d.dispatcher_id = o.dispatcher_id)
+                      FOR UPDATE SKIP LOCKED)
+           AND w.status = 'running';
     ELSE
         DELETE FROM pepsi.dispatchers AS d
          WHERE d.dispatcher_id IS DISTINCT FROM reset_orphans.dispatcher_id;

@@ -61,6 +61,10 @@ GRANT EXECUTE ON FUNCTION
 TO pepsi_stage, pepsi_dispatcher;
 
 GRANT EXECUTE ON FUNCTION
+    pepsi.pin_messages(bigint[], bigint)
+TO pepsi_stage;
+
+GRANT EXECUTE ON FUNCTION
     pepsi.registered_stages()
 TO pepsi_dispatcher, pepsi_ingress, pepsi_stage, pepsi_operator;
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from pepsi_dispatch.coordinator.comeback import Comeback
+from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.ledger import Ledger
 
 
@@ -13,6 +16,15 @@ class FakeDatabase:
     def __init__(self, epoch: tuple[str, str] | None, competing: bool = False) -> None:
         self.server_epoch = epoch
         self.competing = competing
+        #: release(dispatcher_id, ids) calls
+        self.released: list[tuple[int, Any]] = []
+        self.release_fails = False
+
+    def release(self, dispatcher_id: int, ids: Any) -> int:
+        if self.release_fails:
+            raise RuntimeError("the database is away")
+        self.released.append((dispatcher_id, ids))
+        return 2
 
 
 class FakeSupervisor:
@@ -83,6 +95,22 @@ def test_declared_dead_drops_everything_owed_too() -> None:
     c = Comeback(FakeDatabase(STARTED), FakeSupervisor(1, 1), ledger, lambda: True)  # type: ignore[arg-type]
     c.check_registration()
     assert not ledger.holder_of and ledger.failures == []
+
+
+def test_declared_dead_releases_rows_left_under_our_id_before_registering_again() -> None:
+    """Rows a replica skipped while our workers had them pinned are ours to give back."""
+    db = FakeDatabase(STARTED, competing=True)
+    c = Comeback(db, FakeSupervisor(1, 1), Ledger(), lambda: True, Fence(7))  # type: ignore[arg-type]
+    c.check_registration()
+    assert db.released == [(7, None)]
+
+
+def test_declared_dead_release_that_fails_raises_so_the_check_runs_again() -> None:
+    db = FakeDatabase(STARTED, competing=True)
+    db.release_fails = True
+    c = Comeback(db, FakeSupervisor(1, 1), Ledger(), lambda: True, Fence(7))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        c.check_registration()
 
 
 def test_competing_replicas_keep_their_workers_their_claims_were_flushed() -> None:
