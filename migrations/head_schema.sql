@@ -70,17 +70,13 @@ CREATE FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_t
     AS $$
 DECLARE
     q text;
-    bad text;
+    filter text;
 BEGIN
-    SELECT s INTO bad FROM unnest(_list_messages_sql.statuses) AS s
-     WHERE s IS NULL OR s NOT IN ('pending', 'running', 'paused', 'done', 'failed',
-                                  'timeout', 'expired')
-     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'list_messages: unknown status %', coalesce(quote_literal(bad), 'NULL')
-            USING ERRCODE = '22023',
-                  HINT = 'pending, running, paused, done, failed, timeout or expired';
-    END IF;
+    -- The filter first: an unknown status is refused before max_rows is checked.
+    filter := pepsi._list_messages_where(
+        _list_messages_sql.statuses, _list_messages_sql.in_stage, _list_messages_sql.older_than,
+        _list_messages_sql.payload_contains, _list_messages_sql.reason_group,
+        _list_messages_sql.before_id);
     IF _list_messages_sql.max_rows IS NULL
        OR _list_messages_sql.max_rows NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'list_messages: max_rows must be 1 … 10000, not %',
@@ -100,32 +96,54 @@ BEGIN
       || ' coalesce(w.state ->> ''dispatch_error'', w.state ->> ''error'','
       || ' CASE WHEN w.status = ''paused'' THEN w.state ->> ''pause_reason'' END),'
       || ' w.payload FROM pepsi.messages AS w WHERE true';
-    IF cardinality(_list_messages_sql.statuses) = 1 THEN
-        q := q || format(' AND w.status = %L', _list_messages_sql.statuses[1]);
-    ELSIF cardinality(_list_messages_sql.statuses) > 1 THEN
+    RETURN q || filter || format(' ORDER BY w.workqueue_id DESC LIMIT %s', _list_messages_sql.max_rows);
+END
+$$;
+
+CREATE FUNCTION pepsi._list_messages_where(statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    q text := '';
+    bad text;
+BEGIN
+    SELECT s INTO bad FROM unnest(_list_messages_where.statuses) AS s
+     WHERE s IS NULL OR s NOT IN ('pending', 'running', 'paused', 'done', 'failed',
+                                  'timeout', 'expired')
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'list_messages: unknown status %', coalesce(quote_literal(bad), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'pending, running, paused, done, failed, timeout or expired';
+    END IF;
+    IF cardinality(_list_messages_where.statuses) = 1 THEN
+        q := q || format(' AND w.status = %L', _list_messages_where.statuses[1]);
+    ELSIF cardinality(_list_messages_where.statuses) > 1 THEN
         q := q || format(' AND w.status IN (%s)',
                          (SELECT string_agg(DISTINCT quote_literal(s), ', ')
-                            FROM unnest(_list_messages_sql.statuses) AS s));
+                            FROM unnest(_list_messages_where.statuses) AS s));
     END IF;
-    IF _list_messages_sql.in_stage IS NOT NULL THEN
-        q := q || format(' AND w.stage = %L', _list_messages_sql.in_stage);
+    IF _list_messages_where.in_stage IS NOT NULL THEN
+        q := q || format(' AND w.stage = %L', _list_messages_where.in_stage);
     END IF;
-    IF _list_messages_sql.older_than IS NOT NULL THEN
-        q := q || format(' AND w.updated_at < now() - %L::interval', _list_messages_sql.older_than);
+    IF _list_messages_where.older_than IS NOT NULL THEN
+        q := q || format(' AND w.updated_at < now() - %L::interval',
+                         _list_messages_where.older_than);
     END IF;
-    IF _list_messages_sql.payload_contains IS NOT NULL THEN
-        q := q || format(' AND w.payload @> %L::jsonb', _list_messages_sql.payload_contains);
+    IF _list_messages_where.payload_contains IS NOT NULL THEN
+        q := q || format(' AND w.payload @> %L::jsonb', _list_messages_where.payload_contains);
     END IF;
-    IF _list_messages_sql.reason_group IS NOT NULL THEN
+    IF _list_messages_where.reason_group IS NOT NULL THEN
         q := q || ' AND w.status IN (''failed'', ''timeout'', ''expired'')'
                || format(' AND pepsi._normalise_reason(coalesce(w.state ->> ''dispatch_error'','
                          ' w.state ->> ''error'', w.status)) = %L',
-                         _list_messages_sql.reason_group);
+                         _list_messages_where.reason_group);
     END IF;
-    IF _list_messages_sql.before_id IS NOT NULL THEN
-        q := q || format(' AND w.workqueue_id < %s', _list_messages_sql.before_id);
+    IF _list_messages_where.before_id IS NOT NULL THEN
+        q := q || format(' AND w.workqueue_id < %s', _list_messages_where.before_id);
     END IF;
-    RETURN q || format(' ORDER BY w.workqueue_id DESC LIMIT %s', _list_messages_sql.max_rows);
+    RETURN q;
 END
 $$;
 
@@ -157,6 +175,38 @@ CREATE FUNCTION pepsi._live_stats() RETURNS TABLE(stage text, processed bigint, 
       FROM pepsi.stage_stats AS s
       FULL JOIN unflushed AS u ON u.stage = s.stage
 $$;
+
+CREATE FUNCTION pepsi._matching_ids(verb text, acts_on text[], statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint) RETURNS bigint[]
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    wanted text[] := _matching_ids.acts_on;
+    ids bigint[];
+BEGIN
+    IF _matching_ids.statuses IS NOT NULL THEN
+        -- An unknown status is refused as list_messages refuses it.
+        PERFORM pepsi._list_messages_where(_matching_ids.statuses, NULL, NULL, NULL, NULL, NULL);
+        SELECT coalesce(array_agg(DISTINCT s), '{}') INTO wanted
+          FROM unnest(_matching_ids.statuses) AS s
+         WHERE s = ANY (_matching_ids.acts_on);
+        IF cardinality(wanted) = 0 THEN
+            RAISE EXCEPTION '% acts on % messages only, not on %', _matching_ids.verb,
+                regexp_replace(array_to_string(_matching_ids.acts_on, ', '),
+                               ', ([^,]*)$', ' or \1'),
+                array_to_string(_matching_ids.statuses, ', ')
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    EXECUTE 'SELECT coalesce(array_agg(w.workqueue_id ORDER BY w.workqueue_id), ''{}'')'
+         || ' FROM pepsi.messages AS w WHERE true'
+         || pepsi._list_messages_where(wanted, _matching_ids.in_stage, _matching_ids.older_than,
+                                       _matching_ids.payload_contains, _matching_ids.reason_group,
+                                       _matching_ids.before_id)
+       INTO ids;
+    RETURN ids;
+END
+$_$;
 
 CREATE FUNCTION pepsi._normalise_reason(reason text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -349,6 +399,27 @@ BEGIN
        AND (cancel.stage IS NULL OR w.stage = cancel.stage);
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
+END
+$$;
+
+CREATE FUNCTION pepsi.cancel_matching(statuses text[] DEFAULT NULL::text[], in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, payload_contains jsonb DEFAULT NULL::jsonb, before_id bigint DEFAULT NULL::bigint, dry_run boolean DEFAULT false) RETURNS TABLE(matched integer, acted integer, newest_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    ids := pepsi._matching_ids('cancel', ARRAY['pending', 'paused'],
+                               cancel_matching.statuses, cancel_matching.in_stage,
+                               cancel_matching.older_than, cancel_matching.payload_contains,
+                               NULL, cancel_matching.before_id);
+    matched := cardinality(ids);
+    newest_id := ids[matched];
+    acted := 0;
+    IF matched > 0 AND NOT coalesce(cancel_matching.dry_run, false) THEN
+        acted := pepsi.cancel(ids => ids);
+    END IF;
+    RETURN NEXT;
 END
 $$;
 
@@ -2109,6 +2180,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pepsi.requeue_matching(statuses text[] DEFAULT NULL::text[], in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, payload_contains jsonb DEFAULT NULL::jsonb, reason_group text DEFAULT NULL::text, before_id bigint DEFAULT NULL::bigint, dry_run boolean DEFAULT false) RETURNS TABLE(matched integer, acted integer, newest_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    ids := pepsi._matching_ids('requeue', ARRAY['failed', 'timeout', 'expired'],
+                               requeue_matching.statuses, requeue_matching.in_stage,
+                               requeue_matching.older_than, requeue_matching.payload_contains,
+                               requeue_matching.reason_group, requeue_matching.before_id);
+    matched := cardinality(ids);
+    newest_id := ids[matched];
+    acted := 0;
+    IF matched > 0 AND NOT coalesce(requeue_matching.dry_run, false) THEN
+        acted := pepsi.requeue_failed(NULL, ids);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
 CREATE FUNCTION pepsi.reschedule(id bigint, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -2591,7 +2683,11 @@ REVOKE ALL ON FUNCTION pepsi._dispatcher_live(dispatcher_id bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text, paused_stages text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pepsi._list_messages_where(statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pepsi._live_stats() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pepsi._matching_ids(verb text, acts_on text[], statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pepsi._normalise_reason(reason text) FROM PUBLIC;
 
@@ -2614,6 +2710,10 @@ GRANT ALL ON FUNCTION pepsi.advance_many(ids bigint[], from_stage text, to_stage
 REVOKE ALL ON FUNCTION pepsi.cancel(ids bigint[], stage text, all_rows boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.cancel(ids bigint[], stage text, all_rows boolean) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.cancel(ids bigint[], stage text, all_rows boolean) TO pepsi_operator;
+
+REVOKE ALL ON FUNCTION pepsi.cancel_matching(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, dry_run boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.cancel_matching(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, dry_run boolean) TO pepsi_operator;
+GRANT ALL ON FUNCTION pepsi.cancel_matching(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, dry_run boolean) TO pepsi_dashboard;
 
 REVOKE ALL ON FUNCTION pepsi.check_answered(dispatcher_id bigint, ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.check_answered(dispatcher_id bigint, ids bigint[]) TO pepsi_dispatcher;
@@ -2778,6 +2878,10 @@ GRANT ALL ON FUNCTION pepsi.requeue_due(stages text[], max_retries integer[], de
 REVOKE ALL ON FUNCTION pepsi.requeue_failed(stage text, ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.requeue_failed(stage text, ids bigint[]) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.requeue_failed(stage text, ids bigint[]) TO pepsi_operator;
+
+REVOKE ALL ON FUNCTION pepsi.requeue_matching(statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint, dry_run boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.requeue_matching(statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint, dry_run boolean) TO pepsi_operator;
+GRANT ALL ON FUNCTION pepsi.requeue_matching(statuses text[], in_stage text, older_than interval, payload_contains jsonb, reason_group text, before_id bigint, dry_run boolean) TO pepsi_dashboard;
 
 REVOKE ALL ON FUNCTION pepsi.reschedule(id bigint, at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.reschedule(id bigint, at timestamp with time zone) TO pepsi_dispatcher;

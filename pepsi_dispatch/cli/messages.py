@@ -1,13 +1,19 @@
-"""``pepsi-queue list`` and the history part of ``pepsi-queue show``.
+"""``pepsi-queue list``, its filter options, and the history part of ``pepsi-queue show``.
 
 Both read through SQL functions only: ``pepsi.list_messages`` (filters,
 newest first, keyset paging on indexes) and ``pepsi.message_history`` (the
-recorded attempts of a message plus what its row says now).
+recorded attempts of a message plus what its row says now). The filter
+options (:func:`filter_options`, :class:`Filter`) are list's and those of
+``requeue`` and ``cancel`` on a filter (cli/bulk.py): one set of options,
+one meaning, the SQL function's.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +26,8 @@ __all__ = [
     "DURATION",
     "MESSAGE_LIST_MAX_ROWS",
     "STATUSES",
+    "Filter",
+    "filter_options",
     "history_lines",
     "list_command",
     "read_history",
@@ -54,14 +62,22 @@ class _Duration(click.ParamType):
 DURATION = _Duration()
 
 
-def _statuses(values: tuple[str, ...]) -> list[str] | None:
+def _duration(text: str, hint: str) -> timedelta:
+    try:
+        return DURATION.convert(text, None, None)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint=hint) from None
+
+
+def _statuses(values: tuple[str, ...], allowed: tuple[str, ...] = STATUSES) -> list[str] | None:
     out: list[str] = []
     for value in values:
         for s in value.split(","):
             s = s.strip().lower()
-            if s not in STATUSES:
+            if s not in allowed:
+                what = "a status" if s not in STATUSES else "a status this command acts on"
                 raise click.BadParameter(
-                    f"{s!r} is not a status; one of {', '.join(STATUSES)}", param_hint="--status"
+                    f"{s!r} is not {what}; one of {', '.join(allowed)}", param_hint="--status"
                 )
             out.append(s)
     return out or None
@@ -81,23 +97,87 @@ def _where(text: str | None) -> str | None:
     return json.dumps(doc)
 
 
+@dataclass(frozen=True)
+class Filter:
+    """A message filter as the options give it, checked: pepsi.list_messages' arguments."""
+
+    statuses: list[str] | None
+    stage: str | None
+    older_than: timedelta | None
+    where: str | None  # a JSON object's text: the payload contains it
+    reason: str | None  # a failure group (a reason as failed --by-reason prints it)
+    words: tuple[str, ...]  # the options as given, to say what the filter was
+
+    @classmethod
+    def of(cls, obj: Any, options: dict[str, Any], allowed: tuple[str, ...] = STATUSES) -> Filter:
+        """The filter of the parsed options (statuses among ``allowed``; the stage known)."""
+        statuses = _statuses(options.get("statuses") or (), allowed)
+        where = _where(options.get("where"))
+        older_text = options.get("older_than")
+        older = _duration(older_text, "'--older-than'") if older_text is not None else None
+        stage = options.get("stage")
+        check_stage_name(obj, stage)
+        words: list[str] = []
+        for s in statuses or ():
+            words += ["--status", s]
+        for flag, value in (
+            ("--stage", stage),
+            ("--older-than", older_text),
+            ("--where", where),
+            ("--reason", options.get("reason")),
+        ):
+            if value is not None:
+                words += [flag, value]
+        return cls(statuses, stage, older, where, options.get("reason"), tuple(words))
+
+    def empty(self) -> bool:
+        """True when no option narrows the selection."""
+        return not self.words
+
+    def text(self) -> str:
+        """The filter as options, quoted for a shell: ``--stage a --older-than 1h``."""
+        return shlex.join(self.words)
+
+
+def filter_options(status_help: str, with_reason: bool = True) -> Callable[[Any], Any]:
+    """list's filter options: --status, --stage, --older-than, --where (or
+    --payload-contains), and --reason unless ``with_reason`` is false."""
+    options = [
+        click.option("--status", "statuses", multiple=True, metavar="S", help=status_help),
+        click.option("--stage", help="Only this stage."),
+        click.option(
+            "--older-than",
+            metavar="DURATION",
+            help="Only messages last updated before, e.g. 10m, 1h30m (in their status that long).",
+        ),
+        click.option(
+            "--where",
+            "--payload-contains",
+            "where",
+            metavar="JSON",
+            help="""Payload contains, e.g. '{"customer": 7}'.""",
+        ),
+    ]
+    if with_reason:
+        options.append(
+            click.option(
+                "--reason",
+                metavar="R",
+                help="Only failed, timed-out and expired messages of the group R"
+                " (a reason as failed --by-reason prints it).",
+            )
+        )
+
+    def apply(f: Any) -> Any:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
 @click.command("list", help="Any message, newest first, with filters; pages on indexes.")
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    metavar="S",
-    help="Only this status (repeatable, or comma-separated: pending,paused).",
-)
-@click.option("--stage", help="Only this stage.")
-@click.option(
-    "--older-than",
-    type=DURATION,
-    help="Only messages last updated before, e.g. 10m, 1h30m (in their status that long).",
-)
-@click.option(
-    "--where", "where", metavar="JSON", help="""Payload contains, e.g. '{"customer": 7}'."""
-)
+@filter_options("Only this status (repeatable, or comma-separated: pending,paused).")
 @click.option(
     "--limit", type=click.IntRange(1, MESSAGE_LIST_MAX_ROWS), default=50, show_default=True
 )
@@ -111,21 +191,12 @@ def _where(text: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_obj
 def list_command(
-    obj: Any,
-    statuses: tuple[str, ...],
-    stage: str | None,
-    older_than: timedelta | None,
-    where: str | None,
-    limit: int,
-    before_id: int | None,
-    as_json: bool,
+    obj: Any, limit: int, before_id: int | None, as_json: bool, **options: Any
 ) -> None:
-    wanted = _statuses(statuses)
-    contains = _where(where)
-    check_stage_name(obj, stage)
+    flt = Filter.of(obj, options)
     cur = obj.conn().execute(
-        "SELECT * FROM pepsi.list_messages(%s, %s, %s, %s::jsonb, %s, %s)",
-        (wanted, stage, older_than, contains, before_id, limit),
+        "SELECT * FROM pepsi.list_messages(%s, %s, %s, %s::jsonb, %s, %s, %s)",
+        (flt.statuses, flt.stage, flt.older_than, flt.where, before_id, limit, flt.reason),
     )
     names = [c.name for c in cur.description or ()]
     rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

@@ -8,17 +8,23 @@
   registered stage table nor the configuration file knows is refused (``--force``).
 * ``status [--json] [--watch [--interval S] [--count N]]`` — message counts by stage
   and status; ``--watch``: rates, oldest pending wait, live workers, refreshed in place.
-* ``list [--status S] [--stage X] [--older-than D] [--where JSON] [--limit N]
-  [--before ID] [--json]`` — any message, newest first, paged on indexes.
+* ``list [FILTER] [--limit N] [--before ID] [--json]`` — any message, newest
+  first, paged on indexes. FILTER: ``--status S`` (repeatable), ``--stage X``,
+  ``--older-than D``, ``--where JSON`` (or ``--payload-contains``), ``--reason R``.
 * ``show ID [--json]`` — one message: row, state, errors, retries against
   MAX_RETRIES, ages, and its history (failures, pauses, releases, tracebacks).
 * ``failed [--stage S] [--limit N] [--json | --by-reason | --reason R]`` —
   failed/timeout/expired rows with their errors, or those grouped by a
   normalised reason (numbers, ids and hex masked), or one such group's rows.
-* ``requeue (--stage S | --id N ... | --all)`` — those rows back to pending
-  (``pepsi.requeue_failed``; the old error is kept in ``state.previous_error``).
-* ``cancel (--stage S | --id N ... | --all)`` — pending/paused rows to failed
-  ('cancelled by operator').
+* ``requeue (FILTER | --all) [--yes | --dry-run]`` / ``requeue --id N ... [--stage S]``
+  — failed/timeout/expired rows back to pending (``pepsi.requeue_matching``, which
+  moves them through ``pepsi.requeue_failed``: the old error is kept in
+  ``state.previous_error``, dedupe keys are respected).
+* ``cancel (FILTER | --all) [--yes | --dry-run]`` / ``cancel --id N ... [--stage S]`` —
+  pending/paused rows to failed ('cancelled by operator'); FILTER without ``--reason``.
+* On a filter or ``--all`` they count first, print ``would requeue N message(s)
+  matching …`` and ask (cli/bulk.py); ``--yes`` does not ask, ``--dry-run`` only
+  counts, and one of them is required when stdin is not a terminal.
 * With ``--id``, ``requeue`` and ``cancel`` act on each id on its own (cli/byid.py):
   stdout names the ids acted on, and each other id gets one error line saying why.
 * ``purge [--status S ...] [--stage S] [--older-than TIME] [--yes] [--dry-run]`` —
@@ -36,7 +42,9 @@ refused with the closest known name.
 The database is ``PEPSI_DSN``, else ``[database] DSN`` of the configuration
 (``-c FILE``, ``$PEPSI_CONFIG``, ``~/.config/pepsi.conf``, ``/etc/pepsi.conf``).
 Exit codes: 0 success, 2 usage/configuration errors (a bad payload, an unknown
-stage, purge without a selection), 1 database errors and unknown message ids
+stage, purge without a selection, requeue/cancel on a filter from a script
+without --yes or --dry-run), 1 database errors, a bulk action declined at its
+prompt, and unknown message ids
 (``show``, and ``cancel``/``requeue --id`` of ids they could not act on, each
 named with why; the ids they did act on are never reported as errors);
 errors are one ``pepsi-queue: error: ...`` line on stderr. Without a command it
@@ -54,10 +62,20 @@ from typing import Any
 import click
 import psycopg
 
+from pepsi_dispatch.cli.bulk import (
+    CANCEL_MATCHING,
+    REQUEUE_MATCHING,
+    Bulk,
+    bulk_options,
+    check_selection,
+    run_bulk,
+)
 from pepsi_dispatch.cli.byid import CANCEL, REQUEUE, Action, act_on_ids, summary
 from pepsi_dispatch.cli.messages import (
     DURATION,
     STATUSES,
+    Filter,
+    filter_options,
     history_lines,
     list_command,
     read_history,
@@ -290,22 +308,54 @@ def failed(
             click.echo(f"{'':>10} payload {json.dumps(payload, sort_keys=True)}")
 
 
-@cli.command(help="Put failed/timeout/expired messages back to pending (retries 0).")
-@click.option("--stage", help="Every failed message of this stage.")
-@click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
-@click.option("--all", "all_", is_flag=True, help="Every failed message of every stage.")
+@cli.command(
+    help="Put failed, timed-out and expired messages back to pending (retries 0): the --id"
+    " ones, or every one a filter (list's options) or --all selects, counted and confirmed first."
+)
+@click.option(
+    "--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable; one by one)."
+)
+@click.option("--all", "all_", is_flag=True, help="Every failed, timed-out and expired message.")
+@filter_options("Only this status: failed, timeout or expired (repeatable, or comma-separated).")
+@bulk_options
 @click.pass_obj
-def requeue(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> int:
-    if not (stage or ids or all_):
-        raise click.UsageError("say which messages: --stage S, --id N (repeatable) or --all")
-    if all_ and (stage or ids):
-        raise click.UsageError("--all cannot be combined with --stage or --id")
-    check_stage_name(obj, stage)
+def requeue(
+    obj: _Ctx, ids: tuple[int, ...], all_: bool, yes: bool, dry_run: bool, **options: Any
+) -> int:
+    return _act(obj, REQUEUE, REQUEUE_MATCHING, (ids, all_, yes, dry_run), options)
+
+
+@cli.command(
+    help="Put pending and paused messages to failed ('cancelled by operator'): the --id ones,"
+    " or every one a filter (list's options) or --all selects, counted and confirmed first."
+)
+@click.option(
+    "--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable; one by one)."
+)
+@click.option("--all", "all_", is_flag=True, help="Every pending and paused message.")
+@filter_options("Only this status: pending or paused (repeatable, or comma-separated).", False)
+@bulk_options
+@click.pass_obj
+def cancel(
+    obj: _Ctx, ids: tuple[int, ...], all_: bool, yes: bool, dry_run: bool, **options: Any
+) -> int:
+    return _act(obj, CANCEL, CANCEL_MATCHING, (ids, all_, yes, dry_run), options)
+
+
+def _act(
+    obj: _Ctx,
+    action: Action,
+    bulk: Bulk,
+    how: tuple[tuple[int, ...], bool, bool, bool],
+    options: dict[str, Any],
+) -> int:
+    """requeue/cancel: by id (one call each, cli/byid.py) or on a filter (cli/bulk.py)."""
+    ids, all_, yes, dry_run = how
+    flt = Filter.of(obj, options, bulk.statuses)
+    check_selection(bulk, ids, all_, flt, dry_run)
     if ids:
-        return _by_id(obj, REQUEUE, ids, stage)
-    row = obj.conn().execute("SELECT pepsi.requeue_failed(%s, NULL)", (stage,)).fetchone()
-    click.echo(f"requeued {int(row[0]) if row else 0} message(s)")
-    return 0
+        return _by_id(obj, action, ids, flt.stage)
+    return run_bulk(obj.conn(), bulk, flt, yes, dry_run)
 
 
 def _by_id(obj: _Ctx, action: Action, ids: tuple[int, ...], stage: str | None) -> int:
@@ -315,24 +365,6 @@ def _by_id(obj: _Ctx, action: Action, ids: tuple[int, ...], stage: str | None) -
     for line in outcome.refused:
         _report(line)
     return 1 if outcome.refused else 0
-
-
-@cli.command(help="Put pending and paused messages to failed ('cancelled by operator').")
-@click.option("--stage", help="Every pending/paused message of this stage.")
-@click.option("--id", "ids", type=MESSAGE_ID, multiple=True, help="This message (repeatable).")
-@click.option("--all", "all_", is_flag=True, help="Every pending/paused message.")
-@click.pass_obj
-def cancel(obj: _Ctx, stage: str | None, ids: tuple[int, ...], all_: bool) -> int:
-    if not (stage or ids or all_):
-        raise click.UsageError("say which messages: --stage S, --id N (repeatable) or --all")
-    if all_ and (stage or ids):
-        raise click.UsageError("--all cannot be combined with --stage or --id")
-    check_stage_name(obj, stage)
-    if ids:
-        return _by_id(obj, CANCEL, ids, stage)
-    row = obj.conn().execute("SELECT pepsi.cancel(NULL, %s, %s)", (stage, bool(all_))).fetchone()
-    click.echo(f"cancelled {int(row[0]) if row else 0} message(s)")
-    return 0
 
 
 @cli.command(help="Delete terminal messages (done, failed, timeout, expired).")

@@ -181,18 +181,24 @@ status (zeros included), stage health, the dispatchers' gauges.
 .TP
 \\fBGET /\\fR, \\fB/messages\\fR, \\fB/failures\\fR, \\fB/message/ID\\fR
 the dashboard (one page; \\fB/static/NAME\\fR and \\fB/favicon.ico\\fR are its
-script, style and icon, served from the package).
+script, style and icon, served from the package). Any other path but
+\\fB/api/...\\fR is answered 404 with the dashboard's page saying so.
 .TP
 \\fBGET /api/...\\fR
 the dashboard's JSON: \\fB/api/overview\\fR, \\fB/api/messages\\fR (with
 \\fBstatus\\fR, \\fBstage\\fR, \\fBolder_than\\fR, \\fBwhere\\fR, \\fBgroup\\fR,
 \\fBlimit\\fR, \\fBbefore\\fR), \\fB/api/failures\\fR (with \\fBreason\\fR,
-\\fBstage\\fR), \\fB/api/message/ID\\fR, \\fB/api/schedules\\fR.
+\\fBstage\\fR), \\fB/api/message/ID\\fR, \\fB/api/schedules\\fR,
+\\fB/api/bulk\\fR (with \\fBaction\\fR requeue or cancel and the list's filters:
+how many messages the action would take, and the newest one's id).
 .TP
 \\fBPOST /api/...\\fR
 the dashboard's buttons, only with \\-\\-allow\\-actions (else 403), each one
 \\fBpepsi.dashboard_*\\fR function: \\fB/api/requeue\\fR and \\fB/api/cancel\\fR
 \\fB{"ids": [...]}\\fR, \\fB/api/reschedule\\fR \\fB{"id": N, "in_seconds": S}\\fR;
+\\fB/api/bulk\\fR \\fB{"action": A, FILTERS, "before": ID}\\fR calls
+\\fBpepsi.requeue_matching\\fR or \\fBpepsi.cancel_matching\\fR on every message of
+the filter below ID, as \\fBpepsi\\-queue requeue\\fR/\\fBcancel\\fR do;
 \\fB/api/pause\\fR \\fB{"stage": S, "paused": true}\\fR calls
 \\fBpepsi.pause_stage\\fR, as \\fBpepsi\\-queue pause\\fR does (false resumes the
 stage and ends its hold\\-off at once: the Resume and Try now buttons).

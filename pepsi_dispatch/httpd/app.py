@@ -161,7 +161,9 @@ class App:
             conn.execute("SET default_transaction_read_only = on")
         return conn
 
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    def query(
+        self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()
+    ) -> list[dict[str, Any]]:
         """Run one statement (reconnecting once if the connection was lost)."""
         with self._lock:
             for attempt in (1, 2):
@@ -353,8 +355,8 @@ class App:
             return None
         m["history"] = self.query(
             "SELECT attempt, stage, outcome, reason, traceback,"
-            " to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS started_at,"
-            " to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS ended_at"
+            " extract(epoch FROM started_at)::float8 AS started_at,"
+            " extract(epoch FROM ended_at)::float8 AS ended_at"
             " FROM pepsi.message_history(%s)",
             (wid,),
         )
@@ -372,6 +374,43 @@ class App:
         n = self.query("SELECT pepsi.dashboard_cancel(%s::bigint[]) AS n", (ids,))[0]["n"]
         self.invalidate()
         return n
+
+    def bulk(
+        self,
+        action: str,
+        filters: tuple[str | None, str | None, float | None, str | None, str | None],
+        before: int | None,
+        dry_run: bool = False,
+    ) -> tuple[int, int, int | None]:
+        """``requeue_matching`` / ``cancel_matching`` on the list's filters (status,
+        stage, older_than seconds, where JSON, reason group): (matched, acted,
+        newest_id). ``dry_run`` only counts (it writes nothing: also read-only)."""
+        status, stage, older_than, match, group = filters
+        args = {
+            "statuses": [status] if status else None,
+            "stage": stage,
+            "older": older_than,
+            "where": match,
+            "group": group,
+            "before": before,
+            "dry_run": dry_run,
+        }
+        common = (
+            "statuses => %(statuses)s::text[], in_stage => %(stage)s,"
+            " older_than => make_interval(secs => %(older)s::float8),"
+            " payload_contains => %(where)s::jsonb, before_id => %(before)s,"
+            " dry_run => %(dry_run)s"
+        )
+        if action == "requeue":
+            sql = f"SELECT * FROM pepsi.requeue_matching({common}, reason_group => %(group)s)"
+        elif group is not None:
+            raise ActionRefused("cancel takes no reason group: that filter selects failed rows")
+        else:
+            sql = f"SELECT * FROM pepsi.cancel_matching({common})"
+        row = self.query(sql, args)[0]
+        if not dry_run:
+            self.invalidate()
+        return row["matched"], row["acted"], row["newest_id"]
 
     def reschedule(self, wid: int, in_seconds: float) -> float | None:
         """``dashboard_reschedule``: due ``in_seconds`` from now (0: now); the new due

@@ -8,11 +8,16 @@ Routes:
                            dispatcher lock), and no stage with pending messages has been
                            held off longer than --held-off-limit; else 503 with the reason
   GET  /, /messages, /failures, /message/ID   the dashboard (one page, static/app.js
-                           renders the route)
+                           renders the route); any other path but /api/...: 404 with
+                           the dashboard's page saying so (its nav and banner)
   GET  /static/NAME, /favicon.ico   our own JS, CSS and icon (package data; no CDN)
   GET  /api/overview, /api/messages?status=&stage=&older_than=&where=&group=&limit=&before=,
        /api/failures?reason=&stage=, /api/message/ID, /api/schedules   JSON for the dashboard
+  GET  /api/bulk?action=requeue|cancel&(the list's filters)   how many messages the
+                           filter selects for the action, and the newest one's id
   POST /api/requeue {"ids": [...]}, /api/cancel {"ids": [...]},
+       /api/bulk {"action": "requeue"|"cancel", the list's filters, "before": ID}
+       (pepsi.requeue_matching / cancel_matching: every message of the filter below ID),
        /api/pause {"stage": S, "paused": bool}, /api/reschedule {"id": N, "in_seconds": S}
        only with --allow-actions (else 403); each is one pepsi.dashboard_* function,
        but /api/pause: pepsi.pause_stage, as pepsi-queue pause/resume (paused false
@@ -31,6 +36,7 @@ role in pepsi_dashboard (docs/OPERATIONS.md).
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import re
@@ -76,7 +82,10 @@ STATIC_TYPES = {
     ".svg": "image/svg+xml",
 }
 PAGE_ROUTES = re.compile(r"^/(?:failures|messages|message/\d+)?$")
+POST_ROUTES = ("/api/requeue", "/api/cancel", "/api/pause", "/api/reschedule", "/api/bulk")
 MAX_BODY = 64 * 1024
+#: The list's filters a /api/bulk body may carry (as /api/messages' query string).
+BULK_FILTERS = ("status", "stage", "older_than", "where", "group")
 #: Message ids are bigint: a larger one names no message (and would reach
 #: PostgreSQL as numeric, matching no function).
 BIGINT_MAX = 2**63 - 1
@@ -153,17 +162,14 @@ class Handler(BaseHTTPRequestHandler):
                 self._page()
             elif path == "/favicon.ico":
                 self._send(200, _static("favicon.svg") or b"", STATIC_TYPES[".svg"])
-            elif path.startswith("/static/"):
-                body = _static(path[len("/static/") :])
-                if body is None:
-                    self._text(404, "not found\n")
-                else:
-                    ext = path[path.rfind(".") :]
-                    self._send(200, body, STATIC_TYPES[ext])
+            elif path.startswith("/static/") and (body := _static(path[len("/static/") :])):
+                self._send(200, body, STATIC_TYPES[path[path.rfind(".") :]])
             elif not self._api_get(path, url.query):
-                self._text(404, "not found\n")
+                self._not_found(path)
         except (ValueError, ConfigError) as exc:
             self._json(400, {"error": f"bad request: {exc}"})
+        except ActionRefused as exc:  # the request's data, refused by the database
+            self._json(400, {"error": f"refused: {exc}"})
         except DatabaseDown as exc:
             if path.startswith("/api/"):
                 self._json(503, {"error": str(exc)})
@@ -178,6 +184,11 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"rows": self.app.messages(*_list_filters(parse_qs(query)))})
         elif path == "/api/schedules":
             self._json(200, {"rows": self.app.schedules()})
+        elif path == "/api/bulk":
+            q = parse_qs(query)
+            action = _bulk_action((q.get("action") or [""])[0])
+            matched, _, newest = self.app.bulk(action, _list_filters(q)[:5], None, dry_run=True)
+            self._json(200, {"action": action, "matched": matched, "newest_id": newest})
         elif path == "/api/failures":
             q = parse_qs(query)
             reason = q.get("reason", [None])[0]
@@ -232,10 +243,26 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._text(200, f"ok: {len(live)} live dispatcher(s)\n")
 
-    def _page(self) -> None:
+    def _page(self, status: int = 200, main: str = "") -> None:
         body = _static("index.html") or b""
         flag = b"true" if self.app.allow_actions else b"false"
-        self._send(200, body.replace(b"__ALLOW_ACTIONS__", flag), STATIC_TYPES[".html"])
+        body = body.replace(b"__ALLOW_ACTIONS__", flag)
+        if main:
+            body = body.replace(b'<main id="main"></main>', main.encode())
+        self._send(status, body, STATIC_TYPES[".html"])
+
+    def _not_found(self, path: str) -> None:
+        """404: JSON under /api/, else the dashboard's page (nav, banner) saying so."""
+        if path.startswith("/api/"):
+            self._json(404, {"error": "not found"})
+            return
+        self._page(
+            404,
+            '<main id="main" data-page="not-found"><section id="not-found"><h2>Not found</h2>'
+            f"<p>No page at <code>{html.escape(path)}</code>. The dashboard has"
+            ' <a href="/">Overview</a>, <a href="/messages">Messages</a>,'
+            ' <a href="/failures">Failures</a> and /message/ID.</p></section></main>',
+        )
 
     # -- POST ---------------------------------------------------------------------
     def _read_body(self) -> dict[str, Any]:
@@ -258,7 +285,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         path = urlsplit(self.path).path
-        if path not in ("/api/requeue", "/api/cancel", "/api/pause", "/api/reschedule"):
+        if path not in POST_ROUTES:
             self._json(404, {"error": "not found"})
             return
         if not self.app.allow_actions:
@@ -273,29 +300,43 @@ class Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            body = self._read_body()
-            if path == "/api/pause":
-                stage = body["stage"]
-                paused = body["paused"]
-                if not isinstance(paused, bool):  # the stage: pause_stage checks
-                    raise ValueError("'paused' must be true or false")
-                changed = self.app.pause(stage, paused)
-                self._json(200, {"changed": changed})
-                return
-            if path == "/api/reschedule":
-                self._json(200, {"due": self.app.reschedule(*_reschedule_args(body))})
-                return
-            ids = body["ids"]
-            if not (isinstance(ids, list) and ids and all(_is_bigint(i) for i in ids)):
-                raise ValueError("'ids' must be a non-empty list of integers (message ids)")
-            n = self.app.requeue(ids) if path == "/api/requeue" else self.app.cancel(ids)
-            self._json(200, {"rows": n})
+            self._json(200, self._action(path, self._read_body()))
         except (KeyError, TypeError, ValueError) as exc:
             self._json(400, {"error": f"bad request: {exc}"})
         except ActionRefused as exc:
             self._json(400, {"error": f"refused: {exc}"})
         except DatabaseDown as exc:
             self._json(503, {"error": str(exc)})
+
+    def _action(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One POST action's answer (ValueError, KeyError, TypeError for a bad body)."""
+        if path == "/api/pause":
+            stage = body["stage"]
+            paused = body["paused"]
+            if not isinstance(paused, bool):  # the stage: pause_stage checks
+                raise ValueError("'paused' must be true or false")
+            return {"changed": self.app.pause(stage, paused)}
+        if path == "/api/reschedule":
+            return {"due": self.app.reschedule(*_reschedule_args(body))}
+        if path == "/api/bulk":
+            before = body.get("before")
+            if before is not None and not _is_bigint(before):
+                raise ValueError("'before' must be a message id")
+            q = {k: [str(body[k])] for k in BULK_FILTERS if body.get(k) not in (None, "")}
+            filters = _list_filters(q)[:5]
+            matched, acted, _ = self.app.bulk(_bulk_action(body.get("action")), filters, before)
+            return {"matched": matched, "rows": acted}
+        ids = body["ids"]
+        if not (isinstance(ids, list) and ids and all(_is_bigint(i) for i in ids)):
+            raise ValueError("'ids' must be a non-empty list of integers (message ids)")
+        return {"rows": self.app.requeue(ids) if path == "/api/requeue" else self.app.cancel(ids)}
+
+
+def _bulk_action(action: Any) -> str:
+    """The action of a /api/bulk request (ValueError unless requeue or cancel)."""
+    if action not in ("requeue", "cancel"):
+        raise ValueError("'action' must be requeue or cancel")
+    return action
 
 
 def _reschedule_args(body: dict[str, Any]) -> tuple[int, float]:

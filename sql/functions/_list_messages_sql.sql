@@ -8,9 +8,14 @@
 --   its output on a million rows).  paused_stages: the stages whose pending
 --   rows are of kind 'stage paused' (list_messages reads them from
 --   stage_health).  Validates like list_messages: 22023 for an unknown
---   status or max_rows outside 1 … 10000.
+--   status or max_rows outside 1 … 10000.  The WHERE conditions are
+--   pepsi._list_messages_where's, the bulk actions' filter too.
 --   Reads: nothing.
 --   Callers: granted to nobody (pepsi.list_messages runs what it returns).
+--
+-- Why v4 (migration 0033): the filter moved into pepsi._list_messages_where, so that
+--   requeue_matching and cancel_matching select with the list's own
+--   conditions instead of a copy of them.  The statement is the same text.
 CREATE OR REPLACE FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text,
                                                     older_than interval,
                                                     payload_contains jsonb,
@@ -23,17 +28,13 @@ SET search_path = pepsi, pg_catalog, pg_temp
 AS $$
 DECLARE
     q text;
-    bad text;
+    filter text;
 BEGIN
-    SELECT s INTO bad FROM unnest(_list_messages_sql.statuses) AS s
-     WHERE s IS NULL OR s NOT IN ('pending', 'running', 'paused', 'done', 'failed',
-                                  'timeout', 'expired')
-     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'list_messages: unknown status %', coalesce(quote_literal(bad), 'NULL')
-            USING ERRCODE = '22023',
-                  HINT = 'pending, running, paused, done, failed, timeout or expired';
-    END IF;
+    -- The filter first: an unknown status is refused before max_rows is checked.
+    filter := pepsi._list_messages_where(
+        _list_messages_sql.statuses, _list_messages_sql.in_stage, _list_messages_sql.older_than,
+        _list_messages_sql.payload_contains, _list_messages_sql.reason_group,
+        _list_messages_sql.before_id);
     IF _list_messages_sql.max_rows IS NULL
        OR _list_messages_sql.max_rows NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'list_messages: max_rows must be 1 … 10000, not %',
@@ -53,31 +54,6 @@ BEGIN
       || ' coalesce(w.state ->> ''dispatch_error'', w.state ->> ''error'','
       || ' CASE WHEN w.status = ''paused'' THEN w.state ->> ''pause_reason'' END),'
       || ' w.payload FROM pepsi.messages AS w WHERE true';
-    IF cardinality(_list_messages_sql.statuses) = 1 THEN
-        q := q || format(' AND w.status = %L', _list_messages_sql.statuses[1]);
-    ELSIF cardinality(_list_messages_sql.statuses) > 1 THEN
-        q := q || format(' AND w.status IN (%s)',
-                         (SELECT string_agg(DISTINCT quote_literal(s), ', ')
-                            FROM unnest(_list_messages_sql.statuses) AS s));
-    END IF;
-    IF _list_messages_sql.in_stage IS NOT NULL THEN
-        q := q || format(' AND w.stage = %L', _list_messages_sql.in_stage);
-    END IF;
-    IF _list_messages_sql.older_than IS NOT NULL THEN
-        q := q || format(' AND w.updated_at < now() - %L::interval', _list_messages_sql.older_than);
-    END IF;
-    IF _list_messages_sql.payload_contains IS NOT NULL THEN
-        q := q || format(' AND w.payload @> %L::jsonb', _list_messages_sql.payload_contains);
-    END IF;
-    IF _list_messages_sql.reason_group IS NOT NULL THEN
-        q := q || ' AND w.status IN (''failed'', ''timeout'', ''expired'')'
-               || format(' AND pepsi._normalise_reason(coalesce(w.state ->> ''dispatch_error'','
-                         ' w.state ->> ''error'', w.status)) = %L',
-                         _list_messages_sql.reason_group);
-    END IF;
-    IF _list_messages_sql.before_id IS NOT NULL THEN
-        q := q || format(' AND w.workqueue_id < %s', _list_messages_sql.before_id);
-    END IF;
-    RETURN q || format(' ORDER BY w.workqueue_id DESC LIMIT %s', _list_messages_sql.max_rows);
+    RETURN q || filter || format(' ORDER BY w.workqueue_id DESC LIMIT %s', _list_messages_sql.max_rows);
 END
 $$;

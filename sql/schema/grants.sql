@@ -118,6 +118,15 @@ GRANT EXECUTE ON FUNCTION
     pepsi.pause_stage(text, boolean)
 TO pepsi_dispatcher, pepsi_operator, pepsi_dashboard;
 
+-- Requeueing and cancelling every message a list filter selects: pepsi-queue
+-- requeue/cancel with a filter and the dashboard's "all matching" buttons,
+-- one function each for both (not the dispatcher's role: pepsi_operator
+-- existed before these).
+GRANT EXECUTE ON FUNCTION
+    pepsi.requeue_matching(text[], text, interval, jsonb, text, bigint, boolean),
+    pepsi.cancel_matching(text[], text, interval, jsonb, bigint, boolean)
+TO pepsi_operator, pepsi_dashboard;
+
 -- Reading messages: operators, the dispatcher's role (operators used it
 -- before pepsi_operator existed) and pepsi-httpd.
 GRANT EXECUTE ON FUNCTION

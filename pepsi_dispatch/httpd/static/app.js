@@ -23,8 +23,16 @@ function fmtAge(s) {
   if (s < 3600) return (s / 60).toFixed(1) + " min";
   return (s / 3600).toFixed(1) + " h";
 }
-function fmtTime(epoch) {
-  return epoch == null ? "-" : new Date(epoch * 1000).toISOString().replace("T", " ").slice(0, 19);
+// The one timestamp format of the dashboard: "2026-11-29 21:05:30 UTC", from epoch
+// seconds or a timestamp the API sends as text (ISO with its offset).
+function fmtTime(v) {
+  if (v == null || v === "") return "-";
+  const d = typeof v === "number" ? new Date(v * 1000) : new Date(v);
+  if (isNaN(d)) return String(v);
+  return d.toISOString().replace("T", " ").slice(0, 19) + " UTC";
+}
+function ts(v) {
+  return v == null || v === "" ? "-" : `<time class="ts">${esc(fmtTime(v))}</time>`;
 }
 function fmtNum(v) {
   if (v === 0) return "0";
@@ -235,11 +243,11 @@ function lineChart(id, lines, yLabel, floor) {
   const shown = new Set();
   for (let k = 0; k <= 4; k++) {
     const t = t0 + ((t1 - t0) * k) / 4;
-    const label = fmtTime(t).slice(11);
+    const label = fmtTime(t).slice(11, 19);
     if (shown.has(label) || (k > 0 && k < 4 && t1 - t0 < 8)) continue; // no overlapping labels
     shown.add(label);
     const anchor = k === 0 ? "start" : k === 4 ? "end" : "middle";
-    grid += `<text class="tick" x="${X(t)}" y="${H - B + 16}" text-anchor="${anchor}">${fmtTime(t).slice(11)}</text>`;
+    grid += `<text class="tick" x="${X(t)}" y="${H - B + 16}" text-anchor="${anchor}">${label}</text>`;
   }
   const paths = lines.map((l) => l.points.length ? `<path class="series${l.dashed ? " dashed" : ""}"
       stroke="${l.color}" d="${l.points.map((p, i) => (i ? "L" : "M") + X(p.t).toFixed(1) + "," + Y(p.v).toFixed(1)).join(" ")}"/>` : "").join("");
@@ -276,10 +284,8 @@ function charts(d) {
 }
 
 // -- views ---------------------------------------------------------------------------
-async function overview() {
-  const d = await getJSON("/api/overview");
+async function overview(d) {
   d.schedules = (await getJSON("/api/schedules")).rows;
-  banner(d);
   const stats = Object.fromEntries(d.stage_stats.map((s) => [s.stage, s]));
   const names = Object.keys(d.stages);
   let failedRows = 0, failuresCounted = 0;
@@ -300,7 +306,7 @@ async function overview() {
     return `<tr data-stage="${esc(n)}"><td><a href="/messages?stage=${encodeURIComponent(n)}">${esc(n)}</a>
       ${st.registered ? "" : ' <span class="muted">(not registered)</span>'}</td>
       <td data-health="${esc(state)}">${badge(HEALTH_TEXT[state] || state)}${held ?
-        `<div class="cause" title="${esc(h.cause)}">${esc(h.cause)} <span class="muted">since ${esc(fmtTime(h.since))}</span></div>` : ""}</td>
+        `<div class="cause" title="${esc(h.cause)}">${esc(h.cause)} <span class="muted">since ${ts(h.since)}</span></div>` : ""}</td>
       ${["pending", "running", "paused", "failed", "done"].map((k) =>
         `<td class="num" data-count="${k}"><a href="/messages?stage=${encodeURIComponent(n)}&status=${k}">${c[k] || 0}</a></td>`).join("")}
       <td class="num" data-oldest>${c.pending ? esc(fmtAge(d.oldest_pending[n])) : "-"}</td>
@@ -337,7 +343,7 @@ async function overview() {
     <section><h2>Schedules</h2><table id="schedules"><thead><tr><th>schedule</th><th>stage</th>
       <th>ticks</th><th>last tick</th><th>next tick</th></tr></thead><tbody>${(d.schedules || []).map((s) =>
       `<tr><td>${esc(s.name)}</td><td>${esc(s.stage ?? "-")}</td><td>${esc(s.spec ?? "-")}</td>
-        <td>${esc(s.last_tick ?? "-")}</td><td>${esc(s.next_tick ?? "- (in no configuration)")}</td></tr>`).join("") ||
+        <td>${ts(s.last_tick)}</td><td>${s.next_tick == null ? "- (in no configuration)" : ts(s.next_tick)}</td></tr>`).join("") ||
       '<tr><td colspan="5" class="muted">none ([schedule-NAME] sections of pepsi.conf)</td></tr>'}</tbody></table></section>
     <section><h2>Dispatchers</h2><table id="dispatchers"><thead><tr><th>id</th><th>host</th><th>pid</th>
       <th>state</th><th class="num">heartbeat</th><th>workers</th></tr></thead><tbody>${disp ||
@@ -381,28 +387,33 @@ function reasonsTable(reasons) {
         data-count="${r.count}">Requeue group</button>` : ""}</td></tr>`).join("")}</tbody></table>
     <p id="group-result" class="result"></p>`;
 }
-// "Requeue group": every message of the group (the newest 1000 at most), confirmed.
+// An action on every message a filter selects (pepsi.requeue_matching / cancel_matching):
+// count it, confirm with the count, act on what was counted (ids up to the newest counted).
+async function bulk(action, filters, question) {
+  const q = new URLSearchParams({ action });
+  for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+  const c = await getJSON("/api/bulk?" + q.toString());
+  if (!c.matched) return { matched: 0, rows: 0 };
+  const r = await act("/api/bulk", { action, ...filters, before: c.newest_id + 1 }, question(c.matched));
+  return r && { matched: c.matched, rows: r.rows };
+}
+// "Requeue group": every message of the group, counted and confirmed.
 function groupButtons() {
   for (const b of main.querySelectorAll("button.requeue-group")) {
     b.onclick = () => guarded(async () => {
-      const q = new URLSearchParams({ stage: b.dataset.stage, group: b.dataset.group, limit: "1000" });
-      const ids = (await getJSON("/api/messages?" + q.toString())).rows.map((r) => r.workqueue_id);
-      if (!ids.length) return;
-      const r = await act("/api/requeue", { ids },
-        `Requeue the ${ids.length} message(s) of group "${b.dataset.group}" (stage ${b.dataset.stage})?`);
-      if (r) {
+      const r = await bulk("requeue", { stage: b.dataset.stage, group: b.dataset.group },
+        (n) => `Requeue the ${n} message(s) of group "${b.dataset.group}" (stage ${b.dataset.stage})?`);
+      if (r && r.matched) {
         await refresh();
         const out = document.getElementById("group-result");
-        if (out) out.textContent = `${r.rows} of ${ids.length} message(s) of "${b.dataset.group}" requeued`;
+        if (out) out.textContent = `${r.rows} of ${r.matched} message(s) of "${b.dataset.group}" requeued`;
       }
     });
   }
 }
-async function failures() {
+async function failures(d) {
   const q = new URLSearchParams(location.search);
   if (!q.has("group") && !q.has("reason")) {
-    const d = await getJSON("/api/overview");
-    banner(d);
     main.innerHTML = `<section><h2>Failures by reason</h2>
       <p class="muted">Failed, timed-out and expired messages grouped by stage and reason, numbers, ids and
       hex masked. Open a group for its messages and actions; "raw reasons" shows the reasons as written.</p>
@@ -413,29 +424,34 @@ async function failures() {
   const group = q.get("group") || q.get("reason");
   const params = new URLSearchParams({ group, limit: "1000" });
   if (q.get("stage")) params.set("stage", q.get("stage"));
-  const d = await getJSON("/api/messages?" + params.toString());
-  const ids = d.rows.map((r) => r.workqueue_id);
+  const list = await getJSON("/api/messages?" + params.toString());
+  const ids = list.rows.map((r) => r.workqueue_id);
   main.innerHTML = `<section><h2>Failed messages${q.get("stage") ? " of stage " + esc(q.get("stage")) : ""}:
     <code>${esc(group)}</code></h2>
     <p><a href="/failures">&larr; all groups</a>
-    ${ALLOW && ids.length ? ` <button id="requeue-all">Requeue these ${ids.length}</button>` : ""}
+    ${ALLOW && ids.length ? ` <button id="requeue-all">Requeue the whole group</button>` : ""}
     <span id="msg-result" class="result"></span></p>
-    ${ids.length >= 1000 ? '<p class="muted">showing the newest 1000 of the group; the action takes these.</p>' : ""}
+    ${ids.length >= 1000 ? '<p class="muted">showing the newest 1000 of the group; the action takes all of it.</p>' : ""}
     <table id="failed"><thead><tr><th>id</th><th>stage</th><th>status</th><th class="num">retries</th>
-    <th>reason as written</th><th>updated</th></tr></thead><tbody>${d.rows.map((r) => `<tr data-id="${r.workqueue_id}">
+    <th>reason as written</th><th>updated</th></tr></thead><tbody>${list.rows.map((r) => `<tr data-id="${r.workqueue_id}">
     <td><a href="/message/${r.workqueue_id}">#${r.workqueue_id}</a></td><td>${esc(r.stage)}</td>
     <td>${badge(r.kind)}</td><td class="num">${r.retries}</td>
-    <td>${esc(r.reason)}</td><td>${fmtTime(r.updated_at)}</td></tr>`).join("") ||
+    <td>${esc(r.reason)}</td><td>${ts(r.updated_at)}</td></tr>`).join("") ||
     '<tr><td colspan="6" class="muted">none</td></tr>'}</tbody></table></section>`;
   const all = document.getElementById("requeue-all");
   if (all) all.onclick = () => guarded(async () => {
-    const r = await act("/api/requeue", { ids }, `Requeue ${ids.length} failed message(s) of this group?`);
-    if (r) { flash(`${r.rows} of ${ids.length} message(s) requeued`); await refresh(); }
+    const r = await bulk("requeue", { stage: q.get("stage") || "", group },
+      (n) => `Requeue ${n} failed message(s) of this group?`);
+    if (r) { flash(`${r.rows} of ${r.matched} message(s) requeued`); await refresh(); }
   });
 }
 
 // -- the message list ------------------------------------------------------------------
-const FILTERS = ["status", "stage", "older_than", "where", "limit"];
+const FILTERS = ["status", "stage", "older_than", "where", "group", "limit"];
+// The filters of a bulk action: the list's, without the page (limit, before).
+const BULK_FILTERS = ["status", "stage", "older_than", "where", "group"];
+// The statuses each bulk action acts on (pepsi.requeue_matching, pepsi.cancel_matching).
+const ACTS_ON = { requeue: ["failed", "timeout", "expired"], cancel: ["pending", "paused"] };
 async function messages() {
   const q = new URLSearchParams(location.search);
   const params = new URLSearchParams();
@@ -447,9 +463,9 @@ async function messages() {
     <td><input type="checkbox" class="pick" value="${r.workqueue_id}"></td>
     <td><a href="/message/${r.workqueue_id}">#${r.workqueue_id}</a></td><td>${esc(r.stage)}</td>
     <td data-kind="${esc(r.kind)}">${badge(r.kind)}</td><td class="num">${r.retries}</td>
-    <td>${r.due != null ? "due " + esc(fmtTime(r.due)) : ""}</td>
+    <td>${r.due != null ? "due " + ts(r.due) : ""}</td>
     <td class="reason-cell">${esc(r.reason ?? "")}</td><td><code>${esc(r.payload_preview)}</code></td>
-    <td>${fmtTime(r.updated_at)}</td></tr>`).join("");
+    <td>${ts(r.updated_at)}</td></tr>`).join("");
   const last = d.rows.length ? d.rows[d.rows.length - 1].workqueue_id : null;
   const next = new URLSearchParams(params);
   if (last != null) next.set("before", last);
@@ -459,12 +475,15 @@ async function messages() {
       <label>stage <input name="stage" size="10" value="${esc(q.get("stage") || "")}"></label>
       <label>older than <input name="older_than" size="6" placeholder="10m" value="${esc(q.get("older_than") || "")}"></label>
       <label>payload contains <input name="where" size="22" placeholder='{"customer": 7}' value="${esc(q.get("where") || "")}"></label>
+      <label>reason group <input name="group" size="16" placeholder="bad input n=&lt;n&gt;" value="${esc(q.get("group") || "")}"></label>
       <label>limit <input name="limit" size="4" value="${esc(q.get("limit") || "100")}"></label>
       <button type="submit" id="apply">Show</button>
     </form>
     ${error ? `<p class="error" id="list-error">${esc(error)}</p>` : ""}
     <p>${ALLOW ? `<button id="sel-requeue" disabled>Requeue selected</button>
-      <button id="sel-cancel" class="danger" disabled>Cancel selected</button>` :
+      <button id="sel-cancel" class="danger" disabled>Cancel selected</button>
+      <span class="bulk">all matching the filter, every page:
+      ${bulkButton("requeue", "Requeue all matching", q)} ${bulkButton("cancel", "Cancel all matching", q)}</span>` :
       '<span class="muted">read-only (start pepsi-httpd with --allow-actions for actions)</span>'}
       <span id="msg-result" class="result"></span></p>
     <table id="list"><thead><tr><th><input type="checkbox" id="pick-all" title="select all shown"></th>
@@ -504,6 +523,30 @@ async function messages() {
   };
   selAct("sel-requeue", "/api/requeue", "Requeue", "Failed, timed-out and expired ones go back to pending.");
   selAct("sel-cancel", "/api/cancel", "Cancel", "Pending and paused ones become failed (cancelled by operator).");
+  for (const b of main.querySelectorAll("button.bulk-action")) b.onclick = () => bulkOnFilter(b.dataset.action, q);
+}
+// A bulk button of the message list: disabled when the status filter is one the action never takes.
+function bulkButton(action, label, q) {
+  const status = q.get("status");
+  const off = (status && !ACTS_ON[action].includes(status)) || (action === "cancel" && q.get("group"));
+  return `<button id="bulk-${action}" class="bulk-action${action === "cancel" ? " danger" : ""}" data-action="${action}"
+    ${off ? `disabled title="${action} acts on ${ACTS_ON[action].join(", ")} messages only${action === "cancel" ? " (no reason group)" : ""}"` : ""}>${label}</button>`;
+}
+async function bulkOnFilter(action, q) {
+  return guarded(async () => {
+    const filters = Object.fromEntries(BULK_FILTERS.map((k) => [k, q.get(k) || ""]));
+    const shown = BULK_FILTERS.filter((k) => filters[k]).map((k) => `${k.replace("_", " ")} ${filters[k]}`).join(", ");
+    const what = shown ? `matching this filter (${shown})` : "(no filter: all of them)";
+    const statuses = ACTS_ON[action].join(", ");
+    const r = await bulk(action, filters, (n) => `${action === "requeue" ? "Requeue" : "Cancel"} all ${n} ${statuses}` +
+      ` message(s) ${what}? ` + (action === "requeue" ? "They go back to pending." : "They become failed (cancelled by operator)."));
+    if (!r) return;
+    const past = action === "requeue" ? "requeued" : "cancelled";
+    flash(r.matched ? `${r.rows} of ${r.matched} message(s) matching the filter ${past}` +
+      (r.rows < r.matched ? " (the others: a dedupe key a live message carries, or changed meanwhile)" : "")
+      : `no ${statuses} message matches the filter: nothing ${past}`);
+    await refresh();
+  });
 }
 
 async function message(id) {
@@ -535,18 +578,18 @@ async function message(id) {
     <tr><th>retries</th><td id="msg-retries">${esc(retries)}</td></tr>
     <tr><th>priority</th><td id="msg-priority">${esc(m.priority ?? 0)}</td></tr>
     <tr><th>dedupe key</th><td id="msg-dedupe-key">${m.dedupe_key == null ? '<span class="muted">none</span>' : esc(m.dedupe_key)}</td></tr>
-    ${m.status === "paused" ? `<tr><th>due</th><td id="msg-due">${esc(m.timeout)}</td></tr>` : ""}
+    ${m.status === "paused" ? `<tr><th>due</th><td id="msg-due">${ts(m.timeout)}</td></tr>` : ""}
     ${errors || '<tr><th>errors</th><td class="muted">none</td></tr>'}
-    <tr><th>created</th><td>${esc(m.created_at)} (${esc(fmtAge(m.age_seconds))} ago)</td></tr>
-    <tr><th>updated</th><td>${esc(m.updated_at)} (${esc(fmtAge(m.idle_seconds))} ago)</td></tr>
+    <tr><th>created</th><td>${ts(m.created_at)} (${esc(fmtAge(m.age_seconds))} ago)</td></tr>
+    <tr><th>updated</th><td>${ts(m.updated_at)} (${esc(fmtAge(m.idle_seconds))} ago)</td></tr>
     <tr><th>dispatcher</th><td>${esc(m.dispatcher_id ?? "-")}</td></tr>
     <tr><th>payload</th><td><pre id="msg-payload">${esc(JSON.stringify(m.payload, null, 1))}</pre></td></tr>
     <tr><th>state</th><td><pre>${esc(JSON.stringify(st, null, 1))}</pre></td></tr>
     </tbody></table></section>
-    ${Array.isArray(hist) ? `<section><h2>History <span class="muted">(the last attempts, oldest first; times UTC)</span></h2>
+    ${Array.isArray(hist) ? `<section><h2>History <span class="muted">(the last attempts, oldest first)</span></h2>
       <table id="history"><thead><tr><th>#</th><th>stage</th><th>started</th><th>ended</th><th>outcome</th><th>reason</th></tr></thead>
-      <tbody>${hist.map((a) => `<tr data-outcome="${esc(a.outcome)}"><td>${esc(a.attempt ?? "")}</td><td>${esc(a.stage)}</td><td>${esc(a.started_at ?? "-")}</td>
-        <td>${esc(a.ended_at ?? "-")}</td><td>${badge(String(a.outcome || "?"))}</td>
+      <tbody>${hist.map((a) => `<tr data-outcome="${esc(a.outcome)}"><td>${esc(a.attempt ?? "")}</td><td>${esc(a.stage)}</td><td>${ts(a.started_at)}</td>
+        <td>${ts(a.ended_at)}</td><td>${badge(String(a.outcome || "?"))}</td>
         <td>${esc(a.reason ?? "")}${a.traceback ? `<details><summary>traceback</summary><pre>${esc(a.traceback)}</pre></details>` : ""}</td></tr>`).join("") ||
         '<tr><td colspan="6" class="muted">no attempts recorded</td></tr>'}</tbody></table></section>` : ""}`;
   const rq = document.getElementById("btn-requeue");
@@ -566,6 +609,17 @@ async function message(id) {
   });
 }
 
+// Every table in a box of its own that scrolls sideways: a narrow window scrolls
+// the table, never the page.
+function scrollTables() {
+  for (const t of main.querySelectorAll("table")) {
+    if (t.parentElement.classList.contains("table-wrap")) continue;
+    const box = document.createElement("div");
+    box.className = "table-wrap";
+    t.replaceWith(box);
+    box.append(t);
+  }
+}
 let lastFlash = "";
 function flash(text) { lastFlash = text; }
 async function guarded(fn) {
@@ -574,19 +628,25 @@ async function guarded(fn) {
 // The list views are not re-rendered by the timer (checkboxes and filters stay as set).
 function live(path) { return path === "/" || path.startsWith("/message/"); }
 let busy = false;
+// The server's 404 page: its main says so; only the banner is ours to draw.
+const NOT_FOUND = main.dataset.page === "not-found";
 async function refresh() {
   if (busy) return;
   busy = true;
   try {
     const path = location.pathname;
+    const d = await getJSON("/api/overview");
+    banner(d); // on every page: no dispatcher, stages held off
     let m;
-    if (path === "/failures") await failures();
+    if (NOT_FOUND) { /* the server wrote the page */ }
+    else if (path === "/failures") await failures(d);
     else if (path === "/messages") await messages();
     else if ((m = path.match(/^\/message\/(\d+)$/))) await message(m[1]);
-    else await overview();
+    else await overview(d);
+    scrollTables();
     const r = document.getElementById("msg-result");
     if (r && lastFlash) r.textContent = lastFlash;
-    setStatus(true, "updated " + new Date().toLocaleTimeString());
+    setStatus(true, "updated " + fmtTime(Date.now() / 1000));
   } catch (e) {
     setStatus(false, "error: " + e.message);
   } finally {

@@ -5,7 +5,8 @@ Loads each page, checks the numbers shown against the database, pauses and resum
 stage, requeues a failed message and cancels a pending one (accepting each confirm), and
 saves screenshots under the test's tmp_path. Also: the message list with its filters,
 the id search box and actions on a selection; a stage held off (its PROGRAM removed)
-marked on the graph, the stage table and the banner; its Try now button, and
+marked on the graph, the stage table and the banner, the banner on every page (the
+404 page too); its Try now button, and
 Pause and Resume with what the stage then shows. Chromium missing is a failure, not
 a skip: `make system-deps` installs it. PEPSI_DOCS_SCREENSHOTS=DIR also writes the
 screenshots of docs/ there (that is how docs/dashboard*.png are made).
@@ -15,87 +16,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from browser_harness import accept_confirm, browser_fixture, click, listed, text_of  # noqa: F401
 from dispatch_harness import VENV_BIN, Harness, harness_fixture, wait_until  # noqa: F401
 from httpd_harness import Httpd
 from selenium import webdriver
-from selenium.common.exceptions import (
-    NoAlertPresentException,
-    NoSuchElementException,
-    StaleElementReferenceException,
-)
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-        pytest.fail(
-            "headless Chromium is required for the dashboard test: "
-            "apt-get install chromium chromium-driver (make system-deps does it)"
-        )
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",  # we run as root in CI
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1100,1000",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(
-        service=Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log")),
-        options=opts,
-    )
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def text_of(driver: webdriver.Chrome, css: str) -> str | None:
-    """Text of the first element matching css, None while absent (the page re-renders)."""
-    try:
-        return driver.find_element(By.CSS_SELECTOR, css).text
-    except (NoSuchElementException, StaleElementReferenceException):
-        return None
-
-
-def click(driver: webdriver.Chrome, css: str) -> None:
-    def go():
-        try:
-            driver.find_element(By.CSS_SELECTOR, css).click()
-            return True
-        except (NoSuchElementException, StaleElementReferenceException):
-            return False
-
-    wait_until(go, 10, 0.05, f"clickable {css}")
-
-
-def accept_confirm(driver: webdriver.Chrome) -> str:
-    def alert():
-        try:
-            return driver.switch_to.alert
-        except NoAlertPresentException:
-            return None
-
-    a = wait_until(alert, 10, 0.05, "the confirm dialog")
-    text = a.text
-    a.accept()
-    return text
 
 
 def test_dashboard_in_chromium(h: Harness, browser: webdriver.Chrome, tmp_path: Path) -> None:
@@ -279,17 +208,6 @@ def docs_shot(browser: webdriver.Chrome, name: str) -> None:
         browser.set_window_size(1100, 1000)
 
 
-def _rows(browser: webdriver.Chrome) -> list[int]:
-    """Ids listed on the messages page (empty while it re-renders)."""
-    try:
-        return [
-            int(e.get_attribute("data-id"))
-            for e in browser.find_elements(By.CSS_SELECTOR, "#list tbody tr[data-id]")
-        ]
-    except StaleElementReferenceException:
-        return []
-
-
 def _message_list(h: Harness, srv: Httpd, browser: webdriver.Chrome, shots: Path) -> None:
     """Every status, the filters of pepsi-queue list, the id search, actions on a selection."""
     seven, eight = h.enqueue("z", [{"customer": 7}, {"customer": 8}])
@@ -297,7 +215,7 @@ def _message_list(h: Harness, srv: Httpd, browser: webdriver.Chrome, shots: Path
         "SELECT pepsi.enqueue('z', '{\"customer\": 9}', now() + interval '1 h')"
     ).fetchone()[0]
     browser.get(srv.base + "/messages?stage=z")
-    wait_until(lambda: set(_rows(browser)) >= {seven, eight, delayed}, 10)
+    wait_until(lambda: set(listed(browser)) >= {seven, eight, delayed}, 10)
     # A delayed message says so, with its due time labelled "due".
     kind = text_of(browser, f'#list tr[data-id="{delayed}"] td[data-kind]')
     assert kind == "delayed", kind
@@ -306,17 +224,17 @@ def _message_list(h: Harness, srv: Httpd, browser: webdriver.Chrome, shots: Path
     where = browser.find_element(By.CSS_SELECTOR, '#filters input[name="where"]')
     where.send_keys('{"customer": 7}')
     click(browser, "#apply")
-    wait_until(lambda: _rows(browser) == [seven], 10, 0.1, lambda: str(_rows(browser)))
+    wait_until(lambda: listed(browser) == [seven], 10, 0.1, lambda: str(listed(browser)))
     assert "where=" in browser.current_url
     # Status filter: paused rows only.
     browser.get(srv.base + "/messages?status=paused")
-    wait_until(lambda: _rows(browser) == [delayed], 10)
+    wait_until(lambda: listed(browser) == [delayed], 10)
     # Select all shown (then one less) and cancel them (confirm), with a result message.
     browser.get(srv.base + "/messages?stage=z&status=pending")
-    wait_until(lambda: set(_rows(browser)) >= {seven, eight}, 10)
+    wait_until(lambda: set(listed(browser)) >= {seven, eight}, 10)
     click(browser, "#pick-all")
     docs_shot(browser, "dashboard-messages.png")
-    for wid in set(_rows(browser)) - {seven, eight}:  # the stray row stays pending
+    for wid in set(listed(browser)) - {seven, eight}:  # the stray row stays pending
         click(browser, f'#list tr[data-id="{wid}"] input.pick')
     click(browser, "#sel-cancel")
     assert "Cancel 2 selected message(s)?" in accept_confirm(browser)
@@ -324,7 +242,9 @@ def _message_list(h: Harness, srv: Httpd, browser: webdriver.Chrome, shots: Path
     assert h.row(seven)["status"] == h.row(eight)["status"] == "failed"
     # ... and requeue a selection of failed ones.
     browser.get(srv.base + "/messages?stage=z&status=failed")
-    wait_until(lambda: set(_rows(browser)) == {seven, eight}, 10, 0.1, lambda: str(_rows(browser)))
+    wait_until(
+        lambda: set(listed(browser)) == {seven, eight}, 10, 0.1, lambda: str(listed(browser))
+    )
     wait_until(lambda: text_of(browser, f'#list tr[data-id="{seven}"] td[data-kind]'), 10)
     assert text_of(browser, f'#list tr[data-id="{seven}"] td[data-kind]') == "cancelled"
     click(browser, f'#list tr[data-id="{seven}"] input.pick')
@@ -356,16 +276,35 @@ def test_held_off_stage_in_the_dashboard(
     srv = Httpd(conf, h.dsn, tmp_path / "httpd.log")
     try:
         prog.unlink()
-        h.enqueue("a", 4)
+        held = h.enqueue("a", 4)
         browser.get(srv.base + "/")
         node = '#graph-svg g[data-node="a"][data-health="no_worker"]'
         wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, node), 20, 0.2, d.tail)
-        assert "cannot start PROGRAM" in (text_of(browser, node) or "")
+        # The cause is in the node's tooltip (its <title>); the note drawn is cut short.
+        tip = browser.find_element(By.CSS_SELECTOR, node).get_attribute("textContent") or ""
+        assert "cannot start PROGRAM" in tip, tip
         cell = text_of(browser, '#stages tr[data-stage="a"] td[data-health="no_worker"]') or ""
         assert "no worker can start" in cell and "cannot start PROGRAM" in cell, cell
         banner = text_of(browser, '#banner [data-held="a"]') or ""
         assert "4 pending" in banner and str(prog) in banner, banner
         assert browser.find_elements(By.CSS_SELECTOR, '#graph-svg g[data-node="b"].serving')
+        # The banner on every page of the dashboard, its 404 page (with the nav) too.
+        for path in (
+            "/messages",
+            "/failures",
+            "/failures?stage=a&group=x",
+            f"/message/{held[0]}",
+            "/no/such/page",
+        ):
+            browser.get(srv.base + path)
+            wait_until(
+                lambda: "4 pending" in (text_of(browser, '#banner [data-held="a"]') or ""),
+                10,
+                0.1,
+                lambda p=path: f"the banner on {p}",
+            )
+        assert "Not found" in (text_of(browser, "#not-found") or "")
+        assert browser.find_element(By.CSS_SELECTOR, "header nav a[href='/failures']")
         # The same stage, past the limit, on /healthz and /metrics.
         wait_until(lambda: srv.get("/healthz")[0] == 503, 10)
         assert "stage a no worker" in srv.get("/healthz")[2]

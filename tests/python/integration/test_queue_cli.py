@@ -130,11 +130,11 @@ def test_requeue_by_stage_id_all(q, conn):
     b = fail_rows(conn, "b", 2)
     rc, _, err = q("requeue")
     assert rc == 2 and "--stage" in err
-    rc, out, _ = q("requeue", "--stage", "a")
+    rc, out, _ = q("requeue", "--stage", "a", "--yes")
     assert rc == 0 and out.strip() == "requeued 2 message(s)"
     rc, out, _ = q("requeue", "--id", str(b[0]))
     assert out.strip() == f"requeued 1 message(s): {b[0]}"
-    rc, out, _ = q("requeue", "--all")
+    rc, out, _ = q("requeue", "--all", "--yes")
     assert out.strip() == "requeued 1 message(s)"
     rows = conn.execute(
         "SELECT status, state->'previous_error'->>'error' FROM pepsi.messages"

@@ -148,8 +148,8 @@ def test_cancel_by_id_stage_and_all(pq, conn) -> None:
     assert r.returncode == 2 and "say which messages" in r.stderr
     assert pq("cancel", "--all", "--stage", "a").returncode == 2
     assert pq("cancel", "--id", str(ids[0])).stdout == f"cancelled 1 message(s): {ids[0]}\n"
-    assert pq("cancel", "--stage", "a").stdout == "cancelled 2 message(s)\n"
-    assert pq("cancel", "--all").stdout == "cancelled 1 message(s)\n"
+    assert pq("cancel", "--stage", "a", "--yes").stdout == "cancelled 2 message(s)\n"
+    assert pq("cancel", "--all", "--yes").stdout == "cancelled 1 message(s)\n"
     rows = conn.execute("SELECT DISTINCT status, state->>'error' FROM pepsi.messages").fetchall()
     assert rows == [("failed", "cancelled by operator")]
     by_reason = json.loads(pq("failed", "--by-reason", "--json").stdout)
@@ -274,7 +274,7 @@ def test_requeue_wakes_the_dispatcher_through_a_notification(pq, dsn, conn) -> N
     failed_row(conn, "a", "x")
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN workqueue")
-        assert pq("requeue", "--all").stdout == "requeued 1 message(s)\n"
+        assert pq("requeue", "--all", "--yes").stdout == "requeued 1 message(s)\n"
         assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == ["workqueue"]
 
 
