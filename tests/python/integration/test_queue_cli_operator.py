@@ -148,7 +148,8 @@ def test_stage_typos_get_a_suggestion(pq, conn, command: str) -> None:
     r = pq(command, "--stage", "prase")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "unknown stage 'prase'" in r.stderr and "did you mean 'parse'?" in r.stderr
-    assert pq(command, "--stage", "parse").returncode == 0
+    confirm = ["--yes"] if command in ("requeue", "cancel") else []  # no terminal here
+    assert pq(command, "--stage", "parse", *confirm).returncode == 0
 
 
 def test_cancel_and_requeue_of_unknown_ids_exit_non_zero(pq, conn) -> None:
