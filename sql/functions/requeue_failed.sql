@@ -45,6 +45,11 @@ BEGIN
     -- come back into workqueue first, with their ids and status; a row that
     -- then stays failed (its key taken) is moved out again by the next
     -- keep_dead_letters.
+    -- Only when there are such rows: the INSERT's statement trigger notifies
+    -- even for no row, and a requeue that moves nothing says nothing.
+    IF EXISTS (SELECT FROM pepsi.dead_letters AS d
+                WHERE (requeue_failed.stage IS NULL OR d.stage = requeue_failed.stage)
+                  AND (requeue_failed.ids IS NULL OR d.workqueue_id = ANY (requeue_failed.ids))) THEN
     WITH back AS (
         DELETE FROM pepsi.dead_letters AS d
          WHERE (requeue_failed.stage IS NULL OR d.stage = requeue_failed.stage)
@@ -57,6 +62,7 @@ BEGIN
             updated_at, dispatcher_id, priority, dedupe_key)
     OVERRIDING SYSTEM VALUE
     SELECT * FROM back;
+    END IF;
     -- The rows without a key as one batch, then the lowest id of each key
     -- alone (a batch of one), so a key taken meanwhile costs only its row.
     FOR batch IN
