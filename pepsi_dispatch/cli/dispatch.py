@@ -113,6 +113,7 @@ def _check(opts: _Options) -> int:
     """``serve --check``: each check's result on stdout; 0 if all pass, else 2."""
     from pepsi_dispatch.config import ConfigError, load_config
     from pepsi_dispatch.coordinator import checks
+    from pepsi_dispatch.coordinator.database import preflight
     from pepsi_dispatch.coordinator.privileges import config_files, drop_privileges
     from pepsi_dispatch.errors import PepsiError
 
@@ -162,9 +163,9 @@ def _check(opts: _Options) -> int:
         return done()
     results.append(_service_user_check(config.dispatch.service_user))
     results.extend(checks.program_checks(config))
-    results.extend(checks.database_checks(config.dsn, head))
-    results.extend(checks.overlay_checks(config))
-    results.extend(checks.worker_dsn_checks(config))
+    results.extend(preflight.database_checks(config.dsn, head))
+    results.extend(preflight.overlay_checks(config))
+    results.extend(preflight.worker_dsn_checks(config))
     return done()
 
 

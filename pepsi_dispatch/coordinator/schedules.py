@@ -24,11 +24,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pepsi_dispatch.config.schedule import ScheduleConfig, missed_ticks, next_tick
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.calls import Database, rerun_on_conflict
+from pepsi_dispatch.coordinator.database.calls import Database
 from pepsi_dispatch.coordinator.database.link import error_line
 
 log = logging.getLogger(__name__)
@@ -40,15 +39,6 @@ RETRY_AFTER_ERROR = 30.0
 #: After pepsi.fire_schedule gave up waiting for a lock (its lock_timeout):
 #: try that schedule again this much later; the loop goes on meanwhile.
 RETRY_AFTER_LOCK = 1.0
-
-SQL_REGISTER = (
-    "SELECT name, settled_through FROM pepsi.register_schedules("
-    "%s::text[], %s::text[], %s::text[], %s::timestamptz[])"
-)
-SQL_FIRE = (
-    "SELECT tick, workqueue_id, inserted FROM pepsi.fire_schedule("
-    "%s, %s::timestamptz[], %s, %s, %s::int, %s::text, %s::timestamptz)"
-)
 
 
 class Scheduler:
@@ -89,22 +79,12 @@ class Scheduler:
         """Tell the database our schedules (start, reload, reconnect); learn
         what is settled, and so when the next tick is due (now, if a tick was
         missed). Raises psycopg.Error."""
-        work = self.db.work
-        assert work is not None
         now = self.wall()
         scheds = list(self.schedules.values())
         nexts = [next_tick(s, now) for s in scheds]
-        args = (
-            [s.name for s in scheds],
-            [s.stage for s in scheds],
-            [s.spec() for s in scheds],
-            nexts,
+        rows = self.db.register_schedules(
+            [s.name for s in scheds], [s.stage for s in scheds], [s.spec() for s in scheds], nexts
         )
-
-        def run() -> list[tuple[str, datetime]]:
-            return work.execute(SQL_REGISTER, args).fetchall()
-
-        rows = dict(rerun_on_conflict(run, "register_schedules"))
         self.settled, self.next, self.blocked_until = {}, {}, {}
         for s, nxt in zip(scheds, nexts, strict=True):
             settled = rows.get(s.name)
@@ -193,26 +173,13 @@ class Scheduler:
         return n
 
     def _fire(self, s: ScheduleConfig, ticks: list[datetime]) -> int:
-        work = self.db.work
-        assert work is not None
         # The first tick after the last one given: normally after now; after a
         # long catch-up (MAX_TICKS_PER_CALL) maybe already due, then the next
         # wake fires it.
         following = next_tick(s, max([self.settled[s.name], *ticks]))
-        args = (
-            s.name,
-            ticks,
-            s.stage,
-            Jsonb(s.payload_object()),
-            s.priority,
-            s.dedupe_key,
-            following,
+        rows = self.db.fire_schedule(
+            s.name, ticks, s.stage, s.payload_object(), s.priority, s.dedupe_key, following
         )
-
-        def run() -> list[tuple[datetime, int, bool]]:
-            return work.execute(SQL_FIRE, args).fetchall()
-
-        rows = rerun_on_conflict(run, "fire_schedule")
         if ticks:
             self.settled[s.name] = max(self.settled[s.name], max(ticks))
         self.next[s.name] = following

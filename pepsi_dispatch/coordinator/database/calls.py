@@ -146,6 +146,14 @@ SQL_REQUEUE_DUE: Final = (
 )
 SQL_PURGE: Final = "SELECT pepsi.purge_done(make_interval(secs => %s::float8), %s::int)"
 SQL_KEEP_DEAD_LETTERS: Final = "SELECT pepsi.keep_dead_letters(%s::int)"
+SQL_REGISTER_SCHEDULES: Final = (
+    "SELECT name, settled_through FROM pepsi.register_schedules("
+    "%s::text[], %s::text[], %s::text[], %s::timestamptz[])"
+)
+SQL_FIRE_SCHEDULE: Final = (
+    "SELECT tick, workqueue_id, inserted FROM pepsi.fire_schedule("
+    "%s, %s::timestamptz[], %s, %s, %s::int, %s::text, %s::timestamptz)"
+)
 #: The flush and the gauges without the flushed deltas, in one statement (one
 #: transaction): a reader adding the gauges' unflushed deltas to stage_stats
 #: never counts a delta twice nor misses it.
@@ -464,6 +472,40 @@ class Database:
     def purge_done(self, retention: float, batch: int) -> int:
         """``pepsi.purge_done``: one batch of old done rows deleted."""
         return int(self._scalar(SQL_PURGE, (retention, batch), "purge_done") or 0)
+
+    def register_schedules(
+        self, names: list[str], stages: list[str], specs: list[str], nexts: list[datetime]
+    ) -> dict[str, datetime | None]:
+        """``pepsi.register_schedules``: each schedule's settled-through time, by name."""
+        work = self.work
+        assert work is not None
+        args = (names, stages, specs, nexts)
+
+        def run() -> list[tuple[str, datetime | None]]:
+            return work.execute(SQL_REGISTER_SCHEDULES, args).fetchall()
+
+        return dict(rerun_on_conflict(run, "register_schedules"))
+
+    def fire_schedule(
+        self,
+        name: str,
+        ticks: list[datetime],
+        stage: str,
+        payload: dict[str, Any],
+        priority: int,
+        dedupe_key: str | None,
+        next_tick: datetime,
+    ) -> list[tuple[datetime, int, bool]]:
+        """``pepsi.fire_schedule``: (tick, message id, inserted) per tick handled.
+        Raises psycopg.errors.LockNotAvailable when a lock held it past 200 ms."""
+        work = self.work
+        assert work is not None
+        args = (name, ticks, stage, Jsonb(payload), priority, dedupe_key, next_tick)
+
+        def run() -> list[tuple[datetime, int, bool]]:
+            return work.execute(SQL_FIRE_SCHEDULE, args).fetchall()
+
+        return rerun_on_conflict(run, "fire_schedule")
 
     def keep_dead_letters(self, batch: int) -> int:
         """``pepsi.keep_dead_letters``: one batch of kept failed rows moved out of

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from pepsi_dispatch.config import ConfigError, ScheduleConfig, load_config
 from pepsi_dispatch.config.schedule import latest_tick, missed_ticks, next_tick, ticks_between
-from pepsi_dispatch.coordinator.schedules import SQL_FIRE, SQL_REGISTER, Scheduler
+from pepsi_dispatch.coordinator.schedules import Scheduler
 
 NOON = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
 
@@ -58,26 +57,22 @@ def test_catch_up_owes_the_missed_ticks_that_young() -> None:
     ]
 
 
-class FakeWork:
-    """The scheduler's database session: the registry says ``settled``; every
-    fire_schedule call's ticks are recorded (each one enqueued)."""
+class FakeDatabase:
+    """The scheduler's side of the database port: the registry says ``settled``;
+    every fire_schedule call's ticks are recorded (each one enqueued)."""
 
     def __init__(self, settled: datetime) -> None:
         self.settled = settled
         self.fired: list[list[datetime]] = []
-        self.rows: list[tuple] = []
 
-    def execute(self, sql: str, args: tuple) -> FakeWork:
-        if sql == SQL_REGISTER:
-            self.rows = [(name, self.settled) for name in args[0]]
-        else:
-            assert sql == SQL_FIRE
-            self.fired.append(list(args[1]))
-            self.rows = [(t, i, True) for i, t in enumerate(args[1])]
-        return self
+    def register_schedules(
+        self, names: list[str], stages: list[str], specs: list[str], nexts: list[datetime]
+    ) -> dict[str, datetime | None]:
+        return {name: self.settled for name in names}
 
-    def fetchall(self) -> list[tuple]:
-        return self.rows
+    def fire_schedule(self, name: str, ticks: list[datetime], *_rest: object) -> list[tuple]:
+        self.fired.append(list(ticks))
+        return [(t, i, True) for i, t in enumerate(ticks)]
 
 
 # CATCH_UP 5 s at 12:00:31.2: the ticks of 12:00:27 to :31, none older than 5 s.
@@ -87,8 +82,8 @@ def test_catch_up_bounds_a_gap_while_the_dispatcher_runs(catch_up: float, fired:
     step) fires at most CATCH_UP's worth of the missed ticks, besides the
     current one -- as after a stop -- not all 30 of them at once."""
     clock = [NOON + timedelta(milliseconds=500)]
-    work = FakeWork(settled=NOON)
-    sched = Scheduler({"e": every(1, catch_up)}, SimpleNamespace(work=work), wall=lambda: clock[0])  # type: ignore[arg-type]
+    work = FakeDatabase(settled=NOON)
+    sched = Scheduler({"e": every(1, catch_up)}, work, wall=lambda: clock[0])  # type: ignore[arg-type]
     assert sched.fire_due(0.0) == 0  # registered; nothing missed yet
     clock[0] = NOON + timedelta(seconds=1, milliseconds=100)
     assert sched.fire_due(1.0) == 1 and work.fired[-1] == [NOON + timedelta(seconds=1)]
