@@ -279,12 +279,25 @@ class Lender:
 
     def in_worker(self, loan: Loan | None) -> None:
         """In the forked worker: keep ``loan``; let go of everything else the
-        template holds (the waiting connections' sockets are the template's)."""
+        template holds: the waiting connections' sockets are the template's,
+        and the numbers of the sessions lent to siblings (at /dev/null here)
+        are closed, so that this worker has no descriptor of theirs."""
         global _IN_HAND
         self._returns.close()
+        others = [conn for conn, _ in self.idle]
+        others += [lent.conn for lent in self.lent.values() if lent is not loan and lent.conn]
         for conn, _ in self.idle:
             os.dup2(self._devnull, conn.pgconn.socket, inheritable=False)
+        for conn in others:
+            # Closed now rather than when the collector finds the copies: each
+            # writes its goodbye to /dev/null and frees its number, and nothing
+            # later can close a number this worker has reused meanwhile.
+            _close(conn)
+        self.idle.clear()
+        self.lent.clear()
         os.close(self._devnull)
+        if loan is None:
+            self._back.close()  # no session to give back, nothing to ask for
         _IN_HAND = loan
 
     def collect(self, now: float, between_requests: bool = False) -> None:

@@ -330,3 +330,35 @@ def test_a_programs_own_connection_is_neither_given_back_nor_replaced(lender, ds
     assert _in_a_worker(lender, lender.take(now), own_connection) == 0
     lender.collect(now, between_requests=True)
     assert lender.idle == [] and not lender._wanted
+
+
+def test_a_forked_worker_has_no_descriptor_of_its_siblings_sessions(lender) -> None:
+    """A worker forked while a sibling holds a lent session, and while another
+    session waits in the template: neither number is open in it (the template's
+    copies name /dev/null; the worker closes them rather than keep them until its
+    collector finds the objects)."""
+    now = time.monotonic()
+    _want(lender, now)
+    sibling = lender.take(now)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the sibling: holds its session until told to end
+        lender.in_worker(sibling)
+        os.read(r, 1)
+        os._exit(0)
+    lender.lent_to(sibling, pid)
+    _want(lender, now)  # a session waits too
+    ((waiting, _),) = lender.idle
+    numbers = {sibling.fd, waiting.pgconn.socket}
+
+    def none_of_theirs(_lent) -> bool:
+        return not numbers & {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+    try:
+        assert _in_a_worker(lender, lending.Loan(None, -1, back=lender._back), none_of_theirs) == 0
+    finally:
+        os.write(w, b"x")
+        os.waitpid(pid, 0)
+        os.close(r)
+        os.close(w)
+    assert waiting.execute("SELECT 1").fetchone() == (1,)  # the template's copy is intact
