@@ -25,9 +25,32 @@ from .loading import Loaded
 from .message import Advance, Fail, Finish, Handler, Message, Pause, Refused, Transition
 from .pipe import exc_reason, one_line
 from .statements import Statement, Statements
-from .transaction import BatchFailed, CommitMode, HandlerScope, Role, RowLost, Scope
+from .transaction import (
+    GONE_ERRORS,
+    BatchFailed,
+    CommitMode,
+    HandlerScope,
+    Role,
+    RowLost,
+    Scope,
+    TransactionEnded,
+)
 
-__all__ = ["Attempt", "HandlerDispatch", "StageGraph", "state_patch"]
+__all__ = ["ENDS_NO_TRANSACTION", "Attempt", "HandlerDispatch", "StageGraph", "state_patch"]
+
+#: Why a handler that commits or rolls back the transaction it runs in fails.
+ENDS_NO_TRANSACTION = (
+    "a handler may not commit or roll back the transaction it runs in (its batch's,"
+    " with group commit): what it executes on msg.db commits with its message's"
+    " transition, and is rolled back if it raises"
+)
+
+#: The start of psycopg's refusal of ``commit()`` / ``rollback()`` inside a
+#: transaction block (msg.db is always in one): method name -> text.
+_REFUSED_CALLS = {
+    "commit": "Explicit commit() forbidden within a Transaction",
+    "rollback": "Explicit rollback() forbidden within a Transaction",
+}
 
 
 class Attempt(Enum):
@@ -185,6 +208,11 @@ class HandlerDispatch:
         run = _Pass(message_id, payload, dict(state or {}), retries, [stage])
         try:
             return self._run_stages(run, scope)
+        except TransactionEnded as ended:
+            ended.answer = self._transaction_ended(run, scope)
+            if scope.mode is CommitMode.GROUP:
+                raise  # the batch's transaction is gone: the runner settles the batch
+            return ended.answer
         except RowLost as exc:
             scope.rollback_to(0)
             print(f"pepsi worker: {exc}", file=sys.stderr)
@@ -192,7 +220,35 @@ class HandlerDispatch:
         except psycopg.Error as exc:
             if scope.conn.broken:
                 raise  # a lost connection: the runner reconnects and redoes the message
+            if isinstance(exc, GONE_ERRORS):
+                # a level's savepoint is gone: the handler's COMMIT AND CHAIN (or
+                # COMMIT; BEGIN) ended the transaction and began another
+                ended = TransactionEnded(self._transaction_ended(run, scope))
+                if scope.mode is CommitMode.GROUP:
+                    raise ended from None
+                return ended.answer or ""
             return self._database_error(exc, message_id, stage, scope)
+
+    def _transaction_ended(self, run: _Pass, scope: Scope) -> str:
+        """A handler ended the transaction its message runs in: roll back what is
+        open now, fail the message (on its own, committed at once), its answer.
+        What the handler wrote before its COMMIT stays committed; nothing of its
+        message's transition was. A message failed so is not retried (running
+        it again would commit that part again)."""
+        scope.abandon()
+        reason = one_line(
+            f"{run.prefix}handler of stage {run.stage} ended its transaction"
+            f" (COMMIT or ROLLBACK on msg.db): {ENDS_NO_TRANSACTION}"
+        )
+        print(f"pepsi worker: message {run.message_id}: {reason}", file=sys.stderr)
+        alone = Scope(scope.conn)  # one statement in autocommit
+        for stage in dict.fromkeys((run.stage, run.path[0])):  # a hop may be undone
+            try:
+                alone.write(self.statements.fail(run.message_id, stage, reason), Role.LAST)
+                break
+            except RowLost:
+                continue
+        return f"1 {reason}"
 
     def _not_running(self, message_id: int, stage: str, status: str, attempt: Attempt) -> str:
         if attempt is Attempt.REDO:
@@ -271,6 +327,8 @@ class HandlerDispatch:
                 result = handler(msg)
             finally:
                 sys.stdout = saved
+                if scope.ended():
+                    raise TransactionEnded  # (passes ``except Exception`` below)
             return self._step(run, stage, self.graph.check(stage, result), original, msg.state)
         except Exception as exc:  # the handler failed: this message fails, we live on
             return self._handler_failed(run, exc, scope, base)
@@ -300,6 +358,13 @@ class HandlerDispatch:
         """Undo what the handler wrote, fail the message (unless the dispatcher
         retries it), commit; the answer."""
         trace = None
+        called = _refused_call(exc)
+        if called is not None:
+            # psycopg refused msg.db.commit() / rollback(): nothing ended, but the
+            # handler meant to; said plainly, and never retried (it would again)
+            exc = Refused(
+                f"handler of stage {run.stage} called msg.db.{called}(): {ENDS_NO_TRANSACTION}"
+            )
         if isinstance(exc, Refused):
             reason = one_line(run.prefix + str(exc))
             print(f"pepsi worker: message {run.message_id}: {reason}", file=sys.stderr)
@@ -314,10 +379,26 @@ class HandlerDispatch:
                 )
             else:
                 traceback.print_exception(exc, file=sys.stderr)
+        had_levels = scope.depth > base
         scope.rollback_to(base)  # undo what this stage's handler wrote
+        if had_levels and scope.conn.info.transaction_status == pq.TransactionStatus.INERROR:
+            # rolling back to its savepoint failed: the handler's COMMIT AND
+            # CHAIN (or COMMIT; BEGIN) ended the transaction, then it raised
+            raise TransactionEnded
         if trace is not None:
             scope.write(self.statements.note_traceback(run.message_id, run.stage, trace), Role.STEP)
         if run.stage not in self.retry_stages or isinstance(exc, Refused):
             scope.write(self.statements.fail(run.message_id, run.stage, reason), Role.LAST)
         scope.commit()
         return f"1 {reason}"
+
+
+def _refused_call(exc: Exception) -> str | None:
+    """``commit`` or ``rollback`` when ``exc`` is psycopg refusing that call on
+    a connection inside a transaction block, else None."""
+    if isinstance(exc, psycopg.ProgrammingError):
+        text = str(exc)
+        for name, refusal in _REFUSED_CALLS.items():
+            if text.startswith(refusal):
+                return name
+    return None

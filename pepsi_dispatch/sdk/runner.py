@@ -19,11 +19,20 @@ from .adapters import Ids
 from .ahead import ReadAhead
 from .connection import ConnectionHolder
 from .inhand import InHand
-from .loading import RELOAD, Loaded, carries_row, load_batch, loaded_lines, parse_ids, split_runs
+from .loading import (
+    GET_MESSAGES,
+    RELOAD,
+    Loaded,
+    carries_row,
+    load_batch,
+    loaded_lines,
+    parse_ids,
+    split_runs,
+)
 from .pinning import Pin, PinnedRows
 from .pipe import LineReader, one_line, parse_id, write_answers
 from .routing import Attempt, HandlerDispatch
-from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope
+from .transaction import SET_BASED, BatchFailed, CommitMode, GroupBatch, Scope, TransactionEnded
 
 __all__ = ["GROUP_WINDOW", "RunnerState", "StageRunner"]
 
@@ -297,6 +306,8 @@ class StageRunner:
             else:
                 loaded = self._load(conn, lines, attempt, ids)
             answers, ending = self._group_messages(loaded, batch, attempt)
+            if isinstance(ending, TransactionEnded):
+                return self._settle_ended(lines, answers, batch)
             self._read_ahead(batch)
             batch.commit()
             self._ahead_rows = batch.ahead_rows
@@ -312,6 +323,37 @@ class StageRunner:
         if ending is not None:
             raise ending
         return len(answers)
+
+    def _settle_ended(self, lines: list[bytes], answers: list[str], batch: GroupBatch) -> int:
+        """A handler ended the batch's transaction (its message, the last of
+        ``answers``, is failed and answered so): the messages before it were
+        committed with it, or rolled back. Each whose row has moved on (its
+        transition committed) is answered as its handler said; each still
+        running at our stage is run again on its own. In order, each line
+        removed from ``lines`` once answered (a lost connection meanwhile redoes
+        only the rest); 0 (none left to remove)."""
+        offender = len(answers) - 1
+        for slot, lost in batch.lost.items():
+            if slot < offender:
+                print(f"pepsi worker: {lost}", file=sys.stderr)
+                answers[slot] = f"1 {one_line(lost)}"
+        ids = parse_ids(lines[:offender])
+        wanted = [i for i in ids if i is not None]
+        conn = self.connection.conn
+        rows = {}
+        if wanted:
+            rows = {r[0]: r for r in conn.execute(GET_MESSAGES, (Ids(wanted),)).fetchall()}
+        self._ahead_rows = None  # read before: not for a message run again
+        for slot, message_id in enumerate(ids):
+            row = rows.get(message_id) if message_id is not None else None
+            if row is not None and row[2] == "running" and row[1] == self.dispatch.stage:
+                self._batch_single(lines[:1], Attempt.REDO)  # rolled back: again
+            else:
+                write_answers(self.answer_fd, [answers[slot]])
+            del lines[0]
+        write_answers(self.answer_fd, [answers[offender]])
+        del lines[0]
+        return 0
 
     def _load(
         self,
@@ -414,6 +456,13 @@ class StageRunner:
             self.in_hand.hold(item.message_id)
             try:
                 answer = self.dispatch.process(item, scope, attempt)
+            except TransactionEnded as exc:
+                # The handler committed or rolled back the batch's transaction:
+                # its message is failed (on its own); the batch is settled by
+                # :meth:`_settle_ended`, the rest go in the next one.
+                self.in_hand.clear()
+                answers.append(exc.answer or "1 failed")
+                return answers, exc
             except (SystemExit, KeyboardInterrupt) as exc:
                 # A handler ends the process (sys.exit): commit and answer the
                 # messages before it first, so that this one is the head of line

@@ -12,7 +12,9 @@ pipeline before the commit (:class:`GroupBatch`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -36,6 +38,7 @@ __all__ = [
     "RowLost",
     "SET_BASED",
     "Scope",
+    "TransactionEnded",
     "call_mode",
     "plan_flush",
 ]
@@ -50,6 +53,41 @@ class BatchFailed(BaseException):
 
     A BaseException so that a handler's ``except Exception`` cannot swallow it.
     """
+
+
+class TransactionEnded(BaseException):
+    """A handler ended the transaction its message runs in (``COMMIT`` or
+    ``ROLLBACK`` executed on ``msg.db``): the message's levels, and in group
+    commit the batch's transaction, are gone. ``answer`` is the message's, once
+    it is failed.
+
+    A BaseException, raised by the SDK after the handler returned, so that
+    nothing treats it as the handler's own failure.
+    """
+
+    def __init__(self, answer: str | None = None) -> None:
+        super().__init__(answer)
+        self.answer = answer
+
+
+#: What the errors of a savepoint or transaction that is not there anymore say:
+#: a handler's ``COMMIT AND CHAIN`` (or ``COMMIT; BEGIN``) left a transaction
+#: open, without the savepoints of the one it ended.
+GONE_ERRORS = (psycopg.errors.InvalidSavepointSpecification, psycopg.errors.NoActiveSqlTransaction)
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+@contextlib.contextmanager
+def _quietly() -> Iterator[None]:
+    """psycopg warns when a level's rollback fails; a level whose savepoint a
+    handler's COMMIT or ROLLBACK took away is expected to."""
+    log = logging.getLogger("psycopg.transaction")
+    disabled, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = disabled
 
 
 class CommitMode(Enum):
@@ -209,6 +247,23 @@ class GroupBatch:
         tx, self._tx = self._tx, None
         tx.__exit__(None, None, None)
 
+    @property
+    def begun(self) -> bool:
+        """Has the batch's transaction begun (a savepoint opened it, or the pin)?"""
+        return self._tx is not None or self._begun
+
+    def abandon(self) -> None:
+        """A handler ended the batch's transaction: forget it and what is deferred
+        (whatever the handler left open is rolled back)."""
+        tx, self._tx = self._tx, None
+        self._begun = False
+        self.deferred = []
+        if tx is not None:
+            with _quietly():
+                tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+        if not self.conn.broken and self.conn.info.transaction_status != _IDLE:
+            self.conn.execute("ROLLBACK")
+
     def rollback(self) -> None:
         """Undo the batch (after an error), unless the connection is gone."""
         tx, self._tx = self._tx, None
@@ -349,6 +404,27 @@ class Scope:
         tx = self.conn.transaction()
         tx.__enter__()
         self._levels.append(tx)
+
+    def ended(self) -> bool:
+        """Has the transaction this message runs in ended under it (a handler's
+        ``COMMIT`` or ``ROLLBACK`` on ``msg.db``)? libpq's transaction status
+        says it, no round trip: idle while a level, the pin's transaction or the
+        batch's is open."""
+        if self.conn.broken or self.conn.info.transaction_status != _IDLE:
+            return False
+        return bool(self._levels) or self.pinned or (self.batch is not None and self.batch.begun)
+
+    def abandon(self) -> None:
+        """The transaction under this message's levels ended: forget the levels
+        (and in group commit the batch's transaction) and roll back whatever is
+        open now (a transaction the handler began after its COMMIT, say)."""
+        with _quietly():
+            self.rollback_to(0)
+        self.pinned = False
+        if self.batch is not None:
+            self.batch.abandon()
+        elif not self.conn.broken and self.conn.info.transaction_status != _IDLE:
+            self.conn.execute("ROLLBACK")
 
     def rollback_to(self, depth: int) -> None:
         """Roll back levels until only ``depth`` are left."""

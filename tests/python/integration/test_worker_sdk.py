@@ -951,3 +951,64 @@ def test_group_commit_loads_the_waiting_ids_in_its_commit_round_trip(dsn, did, c
         for fd in (r, answers_r, answers_w):
             os.close(fd)
     assert [row(conn, i)["status"] for i in first + second] == ["done"] * 4
+
+
+ENDING_PLANS = [
+    {"a": {"op": "finish", "insert": "m0"}},
+    {"a": {"op": "fail", "reason": "bad"}},
+    {"a": {"op": "advance", "to": "b", "state": {"k": 2}}},
+    None,  # the handler that ends its transaction (below)
+    {"a": {"op": "finish", "insert": "m4"}},
+    {"a": {"op": "advance", "to": "c"}},
+]
+
+
+ENDINGS = ["commit()", "rollback()", "COMMIT", "ROLLBACK", "COMMIT AND CHAIN"]
+
+
+@pytest.mark.parametrize("how", ENDINGS)
+@pytest.mark.parametrize("extra", [("--group-commit",), ()], ids=["group", "per-message"])
+def test_a_handler_that_commits_or_rolls_back_fails_alone(
+    dsn, conf, did, workers, conn, how, extra
+):
+    """The fourth handler of a batch commits or rolls back on msg.db (the
+    connection's methods, which psycopg refuses inside the SDK's transaction, or
+    SQL, which ends it: in group commit, the batch's). That message fails with a
+    reason saying so; the others end as their handlers said, each once (in group
+    commit, those a ROLLBACK undid run again, once); nothing stays open or
+    locked, and the worker lives on."""
+    plans = list(ENDING_PLANS)
+    plans[3] = {"a": {"op": "finish", "insert": "m3", "end_tx": how}}
+    ids = enqueue_claimed(conn, did, *plans)
+    w = start(workers, dsn, conf, did, extra=extra)
+    w.send(*ids)  # one write: all ids are buffered when the worker reads
+    answers = [w.answer() for _ in ids]
+    assert [a[:1] for a in answers] == ["0", "1", "0", "1", "0", "0"], answers
+    assert answers[1] == "1 bad"
+    assert "may not commit or roll back the transaction it runs in" in answers[3]
+    assert ("called msg.db." in answers[3]) == how.endswith("()"), answers[3]
+    rows = [row(conn, i) for i in ids]
+    assert [(r["stage"], r["status"]) for r in rows] == [
+        ("a", "done"),
+        ("a", "failed"),
+        ("b", "pending"),
+        ("a", "failed"),
+        ("a", "done"),
+        ("c", "pending"),
+    ]
+    assert rows[2]["state"]["k"] == 2
+    assert rows[3]["state"]["error"] == answers[3][2:]
+    notes = [n for (n,) in conn.execute("SELECT note FROM public.sdk_log ORDER BY id, note")]
+    # what the handler wrote before its COMMIT stays committed; nothing twice
+    assert notes == (["m0", "m3", "m4"] if how.startswith("COMMIT") else ["m0", "m4"]), notes
+    # nothing open or locked: the worker's session is idle between messages
+    sessions = conn.execute(
+        "SELECT a.state, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid"
+        " AND l.locktype IN ('transactionid', 'tuple'))"
+        " FROM pg_stat_activity a WHERE a.application_name = 'pepsi-worker a'"
+    ).fetchall()
+    assert sessions == [("idle", 0)], sessions
+    (more,) = enqueue_claimed(conn, did, {"a": {"op": "finish", "insert": "more"}})
+    w.send(more)
+    assert w.answer() == "0"
+    assert w.close() == 0

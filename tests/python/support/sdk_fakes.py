@@ -123,6 +123,10 @@ class RecordingScope:
         self.events.append("commit")
         self.depth = 0
 
+    def ended(self) -> bool:
+        """The transaction ended under the message (a handler's COMMIT): never here."""
+        return False
+
 
 def row(stage: str = "a", status: str = "running", state: Any = None) -> tuple[Any, ...]:
     return (1, stage, status, {"p": 1}, state, 0)

@@ -14,7 +14,10 @@ message -- payload, retries, stage, state -- into msg.state["echo"]), "append": 
 (row in public.sdk_log through msg.db, in the message's transaction), "session": true
 (what the handler found of its database session -- worker pid, backend pid, search_path,
 advisory locks held, temporary table -- into msg.state["session"], then leaves all three
-changed for whoever uses the session next).
+changed for whoever uses the session next), "end_tx": "commit()" | "rollback()" | SQL
+(the handler ends its transaction itself: the connection's commit() or rollback(), or
+SQL such as "COMMIT" or "ROLLBACK" run on msg.db, after its "insert"), "swallow": true
+(with end_tx: the handler catches what that raises and goes on).
 Usage: sdk_scripted_worker.py [--group-commit | --default-commit] [--stages a,b,c]
   [--log PATH] [-c CONFIG] worker
 """
@@ -85,6 +88,8 @@ def step_of(msg: Message):
         msg.db.execute(
             "INSERT INTO public.sdk_log (id, note) VALUES (%s, %s)", (msg.id, step["insert"])
         )
+    if "end_tx" in step:  # a handler that ends the transaction it runs in itself
+        end_transaction(msg, step["end_tx"], step.get("swallow", False))
     op = step["op"]
     if op == "advance":
         return Advance(step["to"], fuse=step.get("fuse", False))
@@ -107,6 +112,23 @@ def step_of(msg: Message):
     if op == "badpause":
         return Pause("soon")
     return "bogus"
+
+
+def end_transaction(msg: Message, how: str, swallow: bool) -> None:
+    """``how``: "commit()" or "rollback()" (the connection's methods), else SQL
+    run on msg.db ("COMMIT", "ROLLBACK", "COMMIT; BEGIN", ...). ``swallow``:
+    the handler catches what that raises and goes on."""
+    conn = msg.db
+    try:
+        if how == "commit()":
+            conn.commit()
+        elif how == "rollback()":
+            conn.rollback()
+        else:
+            conn.execute(how)
+    except Exception:
+        if not swallow:
+            raise
 
 
 if __name__ == "__main__":
