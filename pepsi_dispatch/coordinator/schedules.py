@@ -19,6 +19,7 @@ database refuses a settled tick whatever we send.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -69,10 +70,26 @@ class Scheduler:
         self.registered = False
         #: monotonic time before which a failed registration is not tried again.
         self.register_blocked_until = 0.0
+        #: name -> the last tick settled under the name it had before a reload
+        #: renamed it (the same section, nothing else changed): not fired again.
+        self.renamed_from: dict[str, datetime] = {}
 
     def replace(self, schedules: Mapping[str, ScheduleConfig]) -> None:
-        """A reloaded configuration: register again before firing."""
-        self.schedules = dict(schedules)
+        """A reloaded configuration: register again before firing. A schedule
+        renamed by it takes along what its old name settled, so that no tick is
+        enqueued under both names (its new name may have an older record of
+        its own: a name put back)."""
+        new = dict(schedules)
+        gone = [s for name, s in self.schedules.items() if name not in new]
+        for name, s in new.items():
+            if name in self.schedules:
+                continue
+            for old in gone:
+                settled = self.settled.get(old.name) or self.renamed_from.get(old.name)
+                if settled is not None and dataclasses.replace(old, name=name) == s:
+                    self.renamed_from[name] = max(settled, self.renamed_from.get(name, settled))
+        self.renamed_from = {n: t for n, t in self.renamed_from.items() if n in new}
+        self.schedules = new
         self.registered = False
 
     def register(self) -> None:
@@ -88,6 +105,9 @@ class Scheduler:
         self.settled, self.next, self.blocked_until = {}, {}, {}
         for s, nxt in zip(scheds, nexts, strict=True):
             settled = rows.get(s.name)
+            renamed = self.renamed_from.get(s.name)
+            if settled is not None and renamed is not None and renamed > settled:
+                settled = renamed  # enqueued under its old name: not again under this one
             missed = missed_ticks(s, settled, now)
             self.settled[s.name] = settled or now  # never registered: owes nothing
             self.next[s.name] = missed[0] if missed else nxt

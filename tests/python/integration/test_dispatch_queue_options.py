@@ -290,3 +290,48 @@ def test_a_schedule_renamed_then_removed_at_reload(h: Harness) -> None:
     time.sleep(2.5)  # two periods with no schedule: nothing may fire
     assert sum(by_schedule(h).values()) <= settled + 1  # at most the tick in flight
     assert d.running() and h.counts().get("failed", 0) == 0
+
+
+def scheduled(h: Harness) -> list[tuple[str, datetime, dict]]:
+    """(schedule, tick, payload) of every message a schedule enqueued, by tick."""
+    return h.conn.execute(
+        "SELECT state->>'scheduled_by', (state->>'scheduled_for')::timestamptz, payload"
+        " FROM pepsi.messages WHERE state ? 'scheduled_by' ORDER BY 2, 1"
+    ).fetchall()
+
+
+def registered(h: Harness, name: str) -> bool:
+    """Is ``name`` a schedule some dispatcher defines (its record has a next tick)?"""
+    row = h.conn.execute(
+        "SELECT next_tick IS NOT NULL FROM pepsi.schedules() WHERE name = %s", (name,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_schedule_renamed_at_reload_fires_no_tick_under_both_names(h: Harness) -> None:
+    """[schedule-pulse] renamed to [schedule-beat], then back to pulse (SIGHUP
+    each time): each tick is enqueued once, under one name. The new name starts
+    with its next tick; the old name, put back, keeps its record but does not
+    enqueue again a tick its other name already did."""
+    conf = h.conf(h.pipeline(["t"]))
+    base = conf.read_text()
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s")
+    d = h.start(conf)
+
+    def count(name: str) -> int:
+        return sum(1 for s, _, _ in scheduled(h) if s == name)
+
+    wait_until(lambda: count("pulse") >= 1, 15, message="a pulse tick")
+    conf.write_text(base)
+    add_schedule(conf, "beat", STAGE="t", EVERY="1 s")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: count("beat") >= 1, 15, message="a beat tick after the rename")
+    conf.write_text(base)
+    add_schedule(conf, "pulse", STAGE="t", EVERY="1 s")
+    before = count("pulse")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: count("pulse") >= before + 2, 15, message="pulse ticks after renaming back")
+    rows = scheduled(h)
+    ticks = [t for _, t, _ in rows]
+    assert len(ticks) == len(set(ticks)), f"a tick enqueued under both names: {rows}"
+    assert d.running() and h.counts().get("failed", 0) == 0
