@@ -2365,7 +2365,7 @@ BEGIN
     RETURN QUERY
     SELECT c.section, c.option, c.value
       FROM pepsi.config AS c
-     WHERE lower(c.section) LIKE 'stage-%'
+     WHERE lower(c.section) LIKE 'stage-%' OR lower(c.section) LIKE 'schedule-%'
      ORDER BY c.section, c.option;
 END
 $$;

@@ -21,12 +21,14 @@ SELECT is(pepsi.finish(:h, 'upload', 4), true, 'the pass ends with a transition 
 SELECT is(pepsi.hop(:h, 'upload', 'x', 4), false, 'a done row cannot hop');
 
 INSERT INTO pepsi.config VALUES ('stage-b', 'NEXT', 'c'), ('stage-a', 'PARALLELISM', '2'),
-                                ('pepsi-dispatch', 'EXPIRY', '1 h');
+                                ('pepsi-dispatch', 'EXPIRY', '1 h'), ('Schedule-ov', 'EVERY', '1 h'),
+                                ('pepsi-httpd', 'HELD_OFF_LIMIT', '1 m');
 SELECT results_eq('SELECT * FROM pepsi.stage_config()',
-    $$VALUES ('stage-a'::text, 'PARALLELISM'::text, '2'::text), ('stage-b', 'NEXT', 'c')$$,
-    'stage_config returns the [stage-*] overlay rows, sorted, and nothing else');
+    $$VALUES ('Schedule-ov'::text, 'EVERY'::text, '1 h'::text),
+             ('stage-a', 'PARALLELISM', '2'), ('stage-b', 'NEXT', 'c')$$,
+    'stage_config returns the [stage-*] and [schedule-*] overlay rows, sorted, and nothing else');
 SET LOCAL ROLE pepsi_stage;
-SELECT is((SELECT count(*)::int FROM pepsi.stage_config()), 2, 'a stage program can read the stage overlay');
+SELECT is((SELECT count(*)::int FROM pepsi.stage_config()), 3, 'a stage program can read the overlay');
 SELECT throws_ok('SELECT * FROM pepsi.config', '42501', NULL, 'but not the config table itself');
 RESET ROLE;
 SET LOCAL ROLE pepsi_ingress;

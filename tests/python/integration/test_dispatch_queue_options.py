@@ -308,6 +308,47 @@ def registered(h: Harness, name: str) -> bool:
     return bool(row and row[0])
 
 
+def test_a_schedule_only_in_the_overlay_fires_changes_and_stops_at_reload(h: Harness) -> None:
+    """[schedule-ov] exists only as pepsi.config rows: it fires; its PAYLOAD changed
+    in the overlay (and SIGHUP), the next ticks carry the new one and no tick
+    fires twice; its rows deleted (and SIGHUP), it fires no more while the file's
+    schedule goes on."""
+    conf = h.conf(h.pipeline(["t"]))
+    add_schedule(conf, "clock", STAGE="t", EVERY="1 s")
+    d = h.start(conf)
+    # one statement: a reload that saw half a schedule would end the dispatcher
+    h.conn.execute(
+        "INSERT INTO pepsi.config (section, option, value) VALUES ('schedule-ov', 'STAGE', 't'),"
+        " ('schedule-ov', 'EVERY', '1 s'), ('schedule-ov', 'PAYLOAD', '{\"v\": 1}')"
+    )
+    wait_until(lambda: sum(1 for s, _, _ in scheduled(h) if s == "ov") >= 2, 15, message="ov ticks")
+    h.set_config("schedule-ov", "PAYLOAD", '{"v": 2}')
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(
+        lambda: [p for s, _, p in scheduled(h) if s == "ov" and p == {"v": 2}],
+        15,
+        message=lambda: f"ov ticks with the new payload: {scheduled(h)}",
+    )
+    h.conn.execute("DELETE FROM pepsi.config WHERE section = 'schedule-ov'")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: not registered(h, "ov"), 15, message="ov no longer defined")
+    last_ov = max(t for s, t, _ in scheduled(h) if s == "ov")
+    wait_until(
+        lambda: sum(1 for s, t, _ in scheduled(h) if s == "clock" and t > last_ov) >= 2,
+        15,
+        message="two ticks of the file's schedule since",
+    )
+    rows = scheduled(h)
+    ov = [(t, p) for s, t, p in rows if s == "ov"]
+    assert max(t for t, _ in ov) == last_ov, "ov fired after it was removed"
+    ticks = [t for t, _ in ov]
+    assert len(ticks) == len(set(ticks)), f"a tick fired twice: {ov}"
+    # the payload changed once: every tick before the change has v 1, every one after v 2
+    versions = [p["v"] for _, p in ov]
+    assert versions == sorted(versions) and versions[0] == 1 and versions[-1] == 2, ov
+    assert d.running() and h.counts().get("failed", 0) == 0
+
+
 def test_a_schedule_renamed_at_reload_fires_no_tick_under_both_names(h: Harness) -> None:
     """[schedule-pulse] renamed to [schedule-beat], then back to pulse (SIGHUP
     each time): each tick is enqueued once, under one name. The new name starts

@@ -1,0 +1,30 @@
+"""Schedules in the database overlay reach the dispatcher.
+
+Why: the overlay may set [schedule-*] options and add whole schedules
+(docs/CONFIG.md), but stage_config v1 returned only the [stage-*] rows,
+so a schedule defined or changed only in pepsi.config never fired and
+never changed. v2 returns the [schedule-*] rows too; the worker SDK
+merges them like the dispatcher (it builds its graph from the stages).
+
+* stage_config v2 (was v1)
+
+Revision ID: 0036
+Revises: 0035
+"""
+
+from alembic import op
+
+from migrations.sqlfiles import install
+
+revision = "0036"
+down_revision = "0035"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    install(op, "stage_config", 2)
+
+
+def downgrade() -> None:
+    install(op, "stage_config", 1)
