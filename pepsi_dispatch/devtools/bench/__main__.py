@@ -89,11 +89,25 @@ def main(argv: list[str] | None = None) -> int:
         help="--peers: start each service on the waiting backlog and count its start-up"
         " (default: the backlog arrives at a service already running)",
     )
+    parser.add_argument(
+        "--bulk",
+        action="store_true",
+        help="bulk enqueue: --messages (default here 100,000) through COPY (the floor),"
+        " enqueue_many and pepsi-queue enqueue -, with and without keys; --runs rounds"
+        " (see pepsi_dispatch.devtools.bench.bulk)",
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
         print("bench: PEPSI_DSN is not set; run 'make bench'", file=sys.stderr)
         return 2
+    if args.bulk:
+        from pepsi_dispatch.devtools.bench import bulk
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            machine_facts(conn)
+        n = args.messages if "--messages" in (argv or sys.argv) else 100_000
+        return bulk.main(dsn, n, args.runs)
     if args.scrape > 0:
         from pepsi_dispatch.devtools.bench.scrape import compare
 
