@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from dispatch_harness import (  # noqa: F401
     Harness,
     harness_fixture,
