@@ -87,9 +87,13 @@ test: test-sql test-python
 test-sql: install system-deps
 	@$(PY) scripts/run_pgtap.py
 
-# Every pytest test: tests/python/unit, integration and acceptance.
+# Every pytest test: tests/python/unit, integration and acceptance, in TEST_JOBS
+# processes (pytest-xdist; each file's tests stay in one process, and each process
+# starts its own throwaway cluster). With PEPSI_TEST_DSN (one shared cluster, whose
+# roles both processes would create at once) or TEST_JOBS=0: one process.
+TEST_JOBS ?= 2
 test-python: install system-deps
-	$(VENV)/bin/pytest tests/python
+	$(VENV)/bin/pytest -n $(if $(PEPSI_TEST_DSN),0,$(TEST_JOBS)) --dist loadfile tests/python
 
 # No database, no system packages: tests/python/unit alone.
 test-unit: install

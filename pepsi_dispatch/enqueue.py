@@ -6,11 +6,15 @@
         one = enqueue(conn, "fetch", {"url": "https://example.org/"})
         ids = enqueue_many(conn, "fetch", [{"n": i} for i in range(10_000)])
 
-Each call is one statement (``pepsi.enqueue`` / ``pepsi.enqueue_many``), so a
+Each call is one statement (``pepsi.enqueue`` / ``pepsi.enqueue_lines``), so a
 bulk insert is one notification to the dispatcher. ``enqueue_many`` sends large
 lists in chunks (one statement and one commit per chunk, unless the caller's
-connection is inside a transaction). A payload is a JSON object (a ``dict``; None
-means ``{}``); anything else raises ``ValueError`` before the database is asked.
+connection is inside a transaction): each chunk is one ``text[]`` of JSON texts
+in binary form, parsed, checked and inserted by one set-based statement of
+``pepsi.enqueue_lines``. ``enqueue_lines`` does the same for JSON texts the
+caller already has (JSON lines), all chunks in one transaction. A payload is a
+JSON object (a ``dict``; None means ``{}``); anything else raises ``ValueError``
+before the database is asked.
 
 ``not_before`` (a timezone-aware ``datetime``, or a ``timedelta`` from now) delays
 the message: it waits as ``paused`` until then and is not counted as a retry::
@@ -29,6 +33,7 @@ returns that message's id (graphile-worker's ``job_key``, PgQueuer's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -37,10 +42,13 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-__all__ = ["DEFAULT_CHUNK", "connect", "enqueue", "enqueue_many", "resolve_dsn"]
+__all__ = ["DEFAULT_CHUNK", "connect", "enqueue", "enqueue_lines", "enqueue_many", "resolve_dsn"]
 
-#: Payloads per ``pepsi.enqueue_many`` statement.
-DEFAULT_CHUNK = 5000
+#: Payloads per ``pepsi.enqueue_lines`` statement (measured: 10,000 to 50,000
+#: cost the same per row; docs/BENCHMARKS.md, *Bulk enqueue*).
+DEFAULT_CHUNK = 20_000
+
+_LINES_SQL = "SELECT pepsi.enqueue_lines(%s, %b::text[], %s, %s::int, %b::text[], %s, %s::bigint)"
 
 
 def resolve_dsn(dsn: str | None = None, config_path: str | None = None) -> str:
@@ -120,6 +128,20 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
+def _send(
+    conn: psycopg.Connection,
+    stage: str,
+    texts: list[str],
+    when: datetime | None,
+    priority: int,
+    keys: list[str | None] | None,
+    key_field: str | None,
+    first_line: int,
+) -> list[int]:
+    cur = conn.execute(_LINES_SQL, (stage, texts, when, int(priority), keys, key_field, first_line))
+    return [r[0] for r in cur.fetchall()]
+
+
 def enqueue_many(
     conn: psycopg.Connection,
     stage: str,
@@ -144,24 +166,61 @@ def enqueue_many(
     ids: list[int] = []
     done = 0
     keys = None if dedupe_keys is None else list(dedupe_keys)
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
     for chunk in _chunks(payloads, chunk_size):
-        docs = [_payload(p, f"payload {done + i + 1}") for i, p in enumerate(chunk)]
-        if keys is None and not priority:
-            cur = conn.execute(
-                "SELECT pepsi.enqueue_many(%s, %s::jsonb[], %s)", (stage, docs, when)
-            )
-        else:
-            part = None if keys is None else keys[done : done + len(chunk)]
-            if part is not None and len(part) != len(chunk):
-                raise ValueError("dedupe_keys must have one element per payload")
-            cur = conn.execute(
-                "SELECT pepsi.enqueue_many(%s, %s::jsonb[], %s, %s::int, %s::text[])",
-                (stage, docs, when, int(priority), part),
-            )
+        texts = []
+        for i, p in enumerate(chunk):
+            if p is None:
+                p = {}
+            elif not isinstance(p, dict):
+                raise ValueError(
+                    f"payload {done + i + 1} must be a JSON object (a dict), not {type(p).__name__}"
+                )
+            texts.append(dumps(p))
+        part = None if keys is None else keys[done : done + len(chunk)]
+        if part is not None and len(part) != len(chunk):
+            raise ValueError("dedupe_keys must have one element per payload")
+        ids.extend(_send(conn, stage, texts, when, priority, part, None, done + 1))
         done += len(chunk)
-        ids.extend(int(r[0]) for r in cur.fetchall())
         if progress is not None:
             progress(done)
     if keys is not None and len(keys) != done:
         raise ValueError("dedupe_keys must have one element per payload")
+    return ids
+
+
+def enqueue_lines(
+    conn: psycopg.Connection,
+    stage: str,
+    lines: Sequence[str],
+    chunk_size: int = DEFAULT_CHUNK,
+    not_before: datetime | timedelta | None = None,
+    priority: int = 0,
+    key_field: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[int]:
+    """Enqueue one message per JSON line at ``stage``, all or nothing; returns the ids.
+
+    ``lines``: JSON texts, one object each, as read (the database parses them;
+    Python does not). A blank line (only whitespace) is skipped and counted:
+    lines are numbered from 1 as given, and the first line that is not a JSON
+    object is named by that number in the error (``psycopg.errors.InvalidTextRepresentation``
+    for no JSON, ``InvalidParameterValue`` for JSON that is not an object or a
+    bad key). ``key_field``: each message's dedupe key is its payload's member
+    of that name (absent or null: no key). Every chunk of ``chunk_size``
+    lines is one statement, all of them in one transaction (the caller's, or
+    one of its own): a bad line anywhere leaves nothing of the call enqueued.
+    ``progress(n)`` gets the number of messages enqueued so far after each
+    chunk (committed at the end).
+    """
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be positive")
+    when = _when(not_before)
+    ids: list[int] = []
+    with conn.transaction():
+        for start in range(0, len(lines), chunk_size):
+            texts = list(lines[start : start + chunk_size])
+            ids.extend(_send(conn, stage, texts, when, priority, None, key_field, start + 1))
+            if progress is not None:
+                progress(len(ids))
     return ids

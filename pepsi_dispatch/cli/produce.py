@@ -3,7 +3,10 @@ and moving them in time.
 
 ``enqueue`` takes ``--priority`` (higher runs first within a stage) and
 ``--key`` (a dedupe key: while a message with that key is pending, running or
-paused, its id is printed and nothing is inserted); ``reschedule`` moves a
+paused, its id is printed and nothing is inserted); ``enqueue STAGE -`` passes
+the JSON lines of stdin through unparsed to ``pepsi.enqueue_lines`` (chunks of
+one transaction: all or nothing; ``--key-field`` takes each line's key from
+its payload); ``reschedule`` moves a
 waiting message's due time (``pepsi.reschedule``); ``schedules`` lists the
 ``[schedule-NAME]`` sections with their last and next tick. The group in
 cli/queue.py adds these commands; ``obj`` is its context (``conn()``,
@@ -98,6 +101,65 @@ class Progress:
             click.echo(f"{_prog()}: enqueued {self.total:,} message(s) at stage {stage}", err=True)
 
 
+def _stdin_lines() -> list[str]:
+    """The lines of stdin as text, unparsed (the database parses them)."""
+    buffer = getattr(sys.stdin, "buffer", None)  # none: a text stream (tests)
+    data = buffer.read() if buffer is not None else sys.stdin.read().encode()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise click.BadParameter(
+            f"stdin line {line} is not UTF-8 text (byte {data[exc.start]:#04x});"
+            " JSON lines must be UTF-8; nothing was enqueued"
+        ) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _line_error(exc: psycopg.Error) -> click.ClickException:
+    """A bad line as pepsi.enqueue_lines named it: what, where, how to fix."""
+    hint = exc.diag.message_hint or ""
+    detail = exc.diag.message_detail or ""
+    where = f" ({detail})" if detail and len(detail) <= 100 else ""
+    return click.BadParameter(f"stdin {exc.diag.message_primary}{where}; {hint}".rstrip("; "))
+
+
+def _enqueue_stdin(
+    obj: Any,
+    stage: str,
+    when: datetime | None,
+    priority: int,
+    key_field: str | None,
+    chunk_size: int,
+    progress_every: float,
+) -> tuple[list[int], Progress]:
+    """``enqueue STAGE -``: the lines of stdin through pepsi.enqueue_lines, one transaction."""
+    from pepsi_dispatch.enqueue import enqueue_lines
+
+    lines = _stdin_lines()
+    total = sum(1 for line in lines if not line.isspace() and line)
+    report = Progress(total, every=progress_every)
+    try:
+        ids = enqueue_lines(
+            obj.conn(),
+            stage,
+            lines,
+            chunk_size=chunk_size,
+            not_before=when,
+            priority=priority,
+            key_field=key_field,
+            progress=report,
+        )
+    except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.InvalidParameterValue) as exc:
+        if "line " not in (exc.diag.message_primary or ""):
+            raise
+        raise _line_error(exc) from None
+    return ids, report
+
+
 def _payloads(payloads: tuple[str, ...]) -> list[Any]:
     """The JSON objects of the arguments (``-``: stdin, one per line); none: ``{}``."""
     docs: list[Any] = []
@@ -133,6 +195,13 @@ def _payloads(payloads: tuple[str, ...]) -> list[Any]:
     metavar="KEY",
     help="Dedupe key: while a message with KEY is live, print its id and insert nothing.",
 )
+@click.option(
+    "--key-field",
+    metavar="FIELD",
+    help="With '-': each line's dedupe key is its payload's FIELD (absent or null: none).",
+)
+@click.option("--chunk-size", type=click.IntRange(1), default=20_000, hidden=True)
+@click.option("--progress-every", type=float, default=1.0, hidden=True)
 @click.pass_obj
 def enqueue_command(
     obj: Any,
@@ -144,10 +213,24 @@ def enqueue_command(
     force: bool,
     priority: int,
     dedupe_key: str | None,
+    key_field: str | None,
+    chunk_size: int,
+    progress_every: float,
 ) -> None:
     from pepsi_dispatch.enqueue import enqueue_many
 
     when = _not_before(at, in_)
+    if key_field is not None and payloads != ("-",):
+        raise click.UsageError("--key-field takes keys from JSON lines: give '-' alone")
+    if key_field is not None and dedupe_key is not None:
+        raise click.UsageError("--key and --key-field cannot be combined")
+    if payloads == ("-",) and dedupe_key is None:
+        unchecked = not force and not check_enqueue_stage(obj, stage)
+        ids, report = _enqueue_stdin(
+            obj, stage, when, priority, key_field, chunk_size, progress_every
+        )
+        _enqueued(stage, ids, report, unchecked, quiet, when)
+        return
     docs = _payloads(payloads)
     if dedupe_key is not None and len(docs) != 1:
         raise click.UsageError("--key gives one message a key: enqueue one payload with it")
@@ -168,6 +251,17 @@ def enqueue_command(
         dedupe_keys=keys,
         progress=report,
     )
+    _enqueued(stage, ids, report, unchecked, quiet, when)
+
+
+def _enqueued(
+    stage: str,
+    ids: list[int],
+    report: Progress,
+    unchecked: bool,
+    quiet: bool,
+    when: datetime | None,
+) -> None:
     report.finish(stage)
     if unchecked:
         click.echo(
@@ -179,8 +273,7 @@ def enqueue_command(
         later = f", not before {when.isoformat(timespec='seconds')}" if when else ""
         click.echo(f"enqueued {len(ids)} message(s) at stage {stage}{later}")
     else:
-        for mid in ids:
-            click.echo(mid)
+        click.echo("".join(f"{mid}\n" for mid in ids), nl=False)
 
 
 @click.command(

@@ -185,6 +185,9 @@ def _start(handlers: Mapping[str, Handler], group_commit: bool | None, argv: lis
         mode = commit_mode(group_commit, in_hand)
         runner = StageRunner(dispatch, connection, mode, answer_fd, input_fd, in_hand)
         runner.pin = _pin(dispatcher_id, stage, facts.pins)
+        if runner.pin is None:
+            # The pin reads each row again; without it, rows on the lines save a load.
+            in_hand.take_rows()
         if mode is CommitMode.GROUP:
             runner.set_based = facts.set_based
         status = _serve(runner)

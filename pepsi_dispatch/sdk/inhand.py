@@ -14,6 +14,9 @@ A slot of 16 bytes or more has a second integer: what else the worker can
 do, as bits (:data:`CAN_TEMPLATE`: serve as a template process that forks
 the stage's next workers, see ``template.py``; :data:`CAN_TAKE_ROWS`: read a
 claimed row on its input line instead of loading it, see ``loading.py``).
+The SDK sets :data:`CAN_TAKE_ROWS` only when it will not pin its rows
+(``pinning.py``): the pin reads every row again, so a row on the line would
+cost the dispatcher its rendering for nothing.
 
 A store of an aligned 8-byte integer is one instruction, so whatever kills the
 worker (a signal, the OOM killer, ``os._exit``), the dispatcher reads after its
@@ -65,6 +68,13 @@ class InHand:
         if self._slot is not None:
             struct.pack_into(_FORMAT, self._slot, 0, NONE_IN_HAND)
 
+    def take_rows(self) -> None:
+        """Say that this worker reads claimed rows on its input lines
+        (:data:`CAN_TAKE_ROWS`); a no-op without a slot of two words."""
+        if self._slot is not None and len(self._slot) >= 2 * SIZE:
+            (bits,) = struct.unpack_from(_FORMAT, self._slot, SIZE)
+            struct.pack_into(_FORMAT, self._slot, SIZE, bits | CAN_TAKE_ROWS)
+
 
 def from_environment() -> InHand:
     """The slot the dispatcher offers through ``PEPSI_INHAND_FD``, mapped; the
@@ -90,8 +100,8 @@ def from_environment() -> InHand:
     if size < SIZE:
         return InHand(None)
     if size >= 2 * SIZE:
-        # The SDK's runner reads row lines as well as bare ids (loading.py).
-        struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE | CAN_TAKE_ROWS)
+        # Rows on the lines: said once the worker knows it will not pin (take_rows).
+        struct.pack_into(_FORMAT, slot, SIZE, CAN_TEMPLATE)
     return InHand(slot)
 
 

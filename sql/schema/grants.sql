@@ -38,7 +38,8 @@ REVOKE ALL ON ALL TABLES IN SCHEMA pepsi
 -- Producers and stage programs.
 GRANT EXECUTE ON FUNCTION
     pepsi.enqueue(text, jsonb, timestamptz, integer, text),
-    pepsi.enqueue_many(text, jsonb[], timestamptz, integer, text[])
+    pepsi.enqueue_many(text, jsonb[], timestamptz, integer, text[]),
+    pepsi.enqueue_lines(text, text[], timestamptz, integer, text[], text, bigint)
 TO pepsi_ingress, pepsi_stage, pepsi_operator;
 
 -- Stage programs.

@@ -51,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="enqueue while the dispatcher runs (no ANALYZE first; clock from the first enqueue)",
     )
+    parser.add_argument(
+        "--replicas",
+        default="",
+        metavar="N,N,...",
+        help="also run each worker with N competing dispatchers sharing the stages"
+        " (PARALLELISM split between them, same total), interleaved, with the ratio"
+        " to one dispatcher; e.g. 1,2,4",
+    )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the workers N times, interleaved; medians"
@@ -81,11 +89,25 @@ def main(argv: list[str] | None = None) -> int:
         help="--peers: start each service on the waiting backlog and count its start-up"
         " (default: the backlog arrives at a service already running)",
     )
+    parser.add_argument(
+        "--bulk",
+        action="store_true",
+        help="bulk enqueue: --messages (default here 100,000) through COPY (the floor),"
+        " enqueue_many and pepsi-queue enqueue -, with and without keys; --runs rounds"
+        " (see pepsi_dispatch.devtools.bench.bulk)",
+    )
     args = parser.parse_args(argv)
     dsn = os.environ.get("PEPSI_DSN")
     if not dsn:
         print("bench: PEPSI_DSN is not set; run 'make bench'", file=sys.stderr)
         return 2
+    if args.bulk:
+        from pepsi_dispatch.devtools.bench import bulk
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            machine_facts(conn)
+        n = args.messages if "--messages" in (argv or sys.argv) else 100_000
+        return bulk.main(dsn, n, args.runs)
     if args.scrape > 0:
         from pepsi_dispatch.devtools.bench.scrape import compare
 
@@ -114,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             f" PARALLELISM={args.parallelism} QUEUE_LIMIT={args.queue_limit}"
             f" MAX_MESSAGES={args.max_messages}"
         )
-        results: dict[str, list[dict[str, float]]] = {w: [] for w in workers}
-        for worker in [w for _ in range(args.repeat) for w in workers]:  # interleaved
+        counts = [0, *(int(n) for n in args.replicas.split(",") if n.strip())]
+        runs = [(w, n) for w in workers for n in counts]
+        results: dict[tuple[str, int], list[dict[str, float]]] = {r: [] for r in runs}
+        for worker, replicas in [r for _ in range(args.repeat) for r in runs]:  # interleaved
             r = throughput(
                 dsn,
                 worker,
@@ -126,22 +150,33 @@ def main(argv: list[str] | None = None) -> int:
                 args.timeout,
                 live=args.live,
                 max_messages=args.max_messages,
+                replicas=replicas,
             )
+            label = worker if not replicas else f"{worker} ×{replicas} competing"
             say(
-                f"  {worker:<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
+                f"  {label:<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
                 f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
                 f" stage_runs {r['stage_runs']}, not done {r['failed']},"
                 f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
             )
-            results[worker].append(r)
-        if args.repeat > 1:
+            results[(worker, replicas)].append(r)
+        if args.repeat > 1 or len(counts) > 1:
             say(f"  median of {args.repeat} interleaved runs:")
-            for worker, rs in results.items():
-                say(
-                    f"  {worker:<11} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
+            for (worker, replicas), rs in results.items():
+                label = worker if not replicas else f"{worker} ×{replicas} competing"
+                line = (
+                    f"  {label:<11} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
                     f" messages/s  {statistics.median(x['runs_per_s'] for x in rs):8.0f}"
                     " stage runs/s"
                 )
+                if replicas:
+                    # the median of the per-round ratios to one dispatcher
+                    alone = results[(worker, 0)]
+                    ratios = [
+                        x["msg_per_s"] / a["msg_per_s"] for x, a in zip(rs, alone, strict=True)
+                    ]
+                    line += f"  ({statistics.median(ratios):.2f}× one dispatcher)"
+                say(line)
     if args.latency > 0:
         r = latency(dsn, args.latency, 30)
         say(

@@ -174,6 +174,7 @@ class Setup:
         queue_limit: int,
         worker: str,
         max_messages: int = 1_000_000,
+        competing: bool = False,
     ) -> None:
         self.dir = workdir
         self.stages = stages
@@ -197,6 +198,7 @@ class Setup:
             "STATS_INTERVAL = 1 s",
             "POLL_INTERVAL = 5 s",
             "RETENTION = 0",
+            *(["COMPETING = YES"] if competing else []),
             "",
         ]
         for i, stage in enumerate(stages):
@@ -292,8 +294,13 @@ def throughput(
     timeout: float,
     live: bool = False,
     max_messages: int = 1_000_000,
+    replicas: int = 0,
 ) -> dict[str, float]:
     """One throughput run; returns its numbers.
+
+    ``replicas`` > 0: that many competing dispatchers (``COMPETING = YES``) share
+    the stages, each with ``parallelism // replicas`` workers per stage, so the
+    total is the same as one dispatcher's; 0: one dispatcher, not competing.
 
     Default: the messages are enqueued and the table ANALYZEd before the dispatcher
     starts; the clock runs from its start to the last row done. ``live``: the
@@ -306,17 +313,20 @@ def throughput(
         tempfile.TemporaryDirectory(prefix="pepsi-bench-") as tmp,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        setup = Setup(Path(tmp), stages, parallelism, queue_limit, worker, max_messages)
+        per_replica = max(1, parallelism // replicas) if replicas else parallelism
+        setup = Setup(
+            Path(tmp), stages, per_replica, queue_limit, worker, max_messages, replicas > 0
+        )
         clean(conn)
         runs0, msgs0 = _dispatch_stats(conn)
-        log = Path(tmp) / "dispatcher.log"
+        logs = [Path(tmp) / f"dispatcher-{i}.log" for i in range(max(1, replicas))]
 
         def clock() -> Any:
             return conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
 
-        proc: subprocess.Popen[bytes] | None = None
+        procs: list[subprocess.Popen[bytes]] = []
         if live:
-            proc = start(setup, setup.env(dsn), log)
+            procs = [start(setup, setup.env(dsn), one) for one in logs]
             t_start = clock()
         else:
             t0 = clock()
@@ -326,15 +336,16 @@ def throughput(
             if not live:
                 conn.execute("ANALYZE pepsi.workqueue")
                 t_start = clock()
-                proc = start(setup, setup.env(dsn), log)
+                procs = [start(setup, setup.env(dsn), one) for one in logs]
             first, last = ids[0], ids[-1]
             deadline = time.monotonic() + timeout
             while True:
                 time.sleep(0.2)
                 if not _unfinished(conn, stages, first, last):
                     break
-                if proc is not None and proc.poll() is not None:
-                    raise SystemExit(f"bench: dispatcher died ({proc.returncode}); log {log}")
+                for proc, one in zip(procs, logs, strict=True):
+                    if proc.poll() is not None:
+                        raise SystemExit(f"bench: dispatcher died ({proc.returncode}); log {one}")
                 if time.monotonic() > deadline:
                     left = conn.execute(
                         "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id BETWEEN %s AND %s"
@@ -348,7 +359,8 @@ def throughput(
                 (first, last),
             ).fetchone()  # type: ignore[misc]
         finally:
-            rc = stop(proc) if proc is not None else -1
+            codes = [stop(proc) for proc in procs] or [-1]
+        rc = next((c for c in codes if c != 0), 0) if procs else -1
         runs1, msgs1 = _dispatch_stats(conn)
         elapsed = (t_end - t_start).total_seconds()
         return {

@@ -46,3 +46,92 @@ def test_a_bad_line_is_named_and_nothing_is_enqueued(dsn: str, conn: psycopg.Con
     assert out.returncode != 0
     assert "line 23457" in out.stderr, out.stderr
     assert count(conn) == 0, "all or nothing: no message of the input was enqueued"
+
+
+def enqueue_args(dsn: str, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(QUEUE), "enqueue", "bulk", "-", "--force", *args],
+        input=text,
+        env={**os.environ, "PEPSI_DSN": dsn, "PEPSI_CONFIG": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_bad_line_in_a_later_chunk_leaves_nothing_of_the_input(
+    dsn: str, conn: psycopg.Connection
+) -> None:
+    """Chunks of 1,000 lines in one transaction: the bad line is in the 8th; what,
+    where and how to fix are said, and the 7 chunks before it are not enqueued."""
+    lines = [f'{{"n": {i}}}\n' for i in range(10_000)]
+    lines[7_500] = "[7500]\n"
+    lines[3] = "\n"  # a blank line is skipped and counted
+    out = enqueue_args(dsn, "".join(lines), "-q", "--chunk-size", "1000")
+    assert out.returncode == 2, out.stderr
+    assert "stdin line 7501 must be a JSON object, not a JSON array" in out.stderr, out.stderr
+    assert "wrap the value in an object" in out.stderr
+    assert count(conn) == 0
+
+
+def test_a_line_that_is_not_json_is_named_with_what_is_wrong(
+    dsn: str, conn: psycopg.Connection
+) -> None:
+    out = enqueue_args(dsn, '{"n": 1}\n{"n": 2,}\n', "-q")
+    assert out.returncode == 2
+    assert 'stdin line 2 is not JSON: Expected string, but found "}".' in out.stderr, out.stderr
+    assert "nothing of this call was enqueued" in out.stderr
+    assert count(conn) == 0
+
+
+def test_a_line_that_is_not_utf8_is_named(dsn: str, conn: psycopg.Connection) -> None:
+    out = subprocess.run(
+        [str(QUEUE), "enqueue", "bulk", "-", "--force", "-q"],
+        input=b'{"n": 1}\n{"n": 2}\n{"s": "\xff"}\n',
+        env={**os.environ, "PEPSI_DSN": dsn, "PEPSI_CONFIG": ""},
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert b"stdin line 3 is not UTF-8" in out.stderr, out.stderr
+    assert count(conn) == 0
+
+
+def test_keys_from_a_field_and_a_priority_land(dsn: str, conn: psycopg.Connection) -> None:
+    held = conn.execute("SELECT pepsi.enqueue('bulk', '{}', dedupe_key => 'order-2')").fetchone()[0]
+    text = "".join(f'{{"order": "order-{i % 5}"}}\n' for i in range(10)) + "{}\n"
+    out = enqueue_args(dsn, text, "--key-field", "order", "--priority", "7")
+    assert out.returncode == 0, out.stderr
+    ids = [int(x) for x in out.stdout.split()]
+    assert len(ids) == 11, "one id per line"
+    assert ids[2] == ids[7] == held, "a key a live message holds: that message's id"
+    assert ids[0] == ids[5] and ids[1] == ids[6], "a key twice in the input: one message"
+    rows = conn.execute(
+        "SELECT dedupe_key, priority FROM pepsi.workqueue WHERE stage = 'bulk'"
+        " AND workqueue_id <> %s ORDER BY workqueue_id",
+        (held,),
+    ).fetchall()
+    assert rows == [(f"order-{i}", 7) for i in (0, 1, 3, 4)] + [(None, 7)]
+    out = enqueue_args(dsn, "{}\n", "--key-field", "order", "--key", "x")
+    assert out.returncode == 2 and "cannot be combined" in out.stderr
+
+
+def test_progress_between_chunks_and_the_count_at_the_end(
+    dsn: str, conn: psycopg.Connection
+) -> None:
+    """What a million lines show, with chunks of 2,000 and progress at every chunk."""
+    n = 20_000
+    text = "".join(f'{{"n": {i}}}\n' for i in range(n))
+    out = enqueue_args(dsn, text, "-q", "--chunk-size", "2000", "--progress-every", "0")
+    assert out.returncode == 0, out.stderr
+    progress = [line for line in out.stderr.splitlines() if " of 20,000" in line]
+    assert progress[0].endswith("enqueued 2,000 of 20,000"), out.stderr
+    assert len(progress) == 9, out.stderr  # 2,000 .. 18,000; the last chunk says the total
+    assert out.stderr.splitlines()[-1].endswith("enqueued 20,000 message(s) at stage bulk")
+    assert out.stdout.strip() == f"enqueued {n} message(s) at stage bulk"
+    assert count(conn) == n
+    order = conn.execute(
+        "SELECT bool_and(n = r) FROM (SELECT (payload->>'n')::int AS n,"
+        " row_number() OVER (ORDER BY workqueue_id) - 1 AS r FROM pepsi.workqueue) AS x"
+    ).fetchone()[0]
+    assert order, "ids ascend in line order across chunks"

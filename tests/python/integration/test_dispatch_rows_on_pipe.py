@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from dispatch_harness import (  # noqa: F401
     Harness,
     harness_fixture,
@@ -112,14 +113,19 @@ def _function_calls(h: Harness, name: str) -> int:
     return int(row[0])
 
 
-def test_sdk_handlers_see_the_same_message_from_a_row_line(h: Harness) -> None:
-    """The SDK takes rows on its pipe: its handlers see payload, retries, stage
-    and state exactly as stored (odd strings, a retried message), a payload too
-    long for a line is read from the database, and the batches handed as row
-    lines cost no pepsi.get_messages call."""
+@pytest.mark.parametrize("pinning", [False, True], ids=["row-lines", "pinned"])
+def test_sdk_handlers_see_the_same_message_from_a_row_line(h: Harness, pinning: bool) -> None:
+    """The SDK takes rows on its pipe when it does not pin them (here: a database
+    without pepsi.pin_messages); a pinning worker reads each row again with its
+    pin and asks for bare ids. Either way its handlers see payload, retries,
+    stage and state exactly as stored (odd strings, a retried message), a
+    payload too long for a line is read from the database, and the batches
+    cost no pepsi.get_messages call."""
     from dispatch_harness import PYTHON, ROOT, wait_until
 
     h.conn.execute(f"ALTER DATABASE {h.conn.info.dbname} SET track_functions = 'all'")
+    if not pinning:
+        h.conn.execute("ALTER FUNCTION pepsi.pin_messages(bigint[], bigint) RENAME TO pin_off")
     program = f"{PYTHON} {ROOT / SDK_WORKER} --stages a"
     conf = h.conf(
         {"a": {"PROGRAM": program, "PARALLELISM": 1, "QUEUE_LIMIT": 4, "RETRY_DELAY": "1 s"}}
@@ -152,3 +158,5 @@ def test_sdk_handlers_see_the_same_message_from_a_row_line(h: Harness) -> None:
     loads = _function_calls(h, "get_messages")
     # Without rows on the pipe: one call per batch, at least 43 / 4 of them.
     assert loads <= 4, f"{loads} pepsi.get_messages calls for {len(ids) + 1} messages"
+    if pinning:
+        assert _function_calls(h, "pin_messages") >= (len(ids) + 1) / 4

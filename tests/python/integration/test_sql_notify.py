@@ -103,3 +103,29 @@ def test_a_delayed_enqueue_also_says_delayed(dsn: str, conn) -> None:
         assert sorted(drain(listener)) == [("workqueue", ""), ("workqueue", "delayed")]
         conn.execute("SELECT pepsi.enqueue('a', '{}', now() - interval '1 h')")
         assert drain(listener) == [("workqueue", "")], "not delayed: the plain hint only"
+
+
+def test_enqueue_lines_wakes_dispatchers_as_enqueue_many_does(dsn: str, conn) -> None:
+    """One notification per call (keyed or not), 'delayed' for delayed lines, none
+    for a refused call; the CLI's chunks of one transaction fold into one."""
+    with listening(dsn, "workqueue") as listener:
+        conn.execute("SELECT count(*) FROM pepsi.enqueue_lines('a', %s::text[])", (["{}"] * 5000,))
+        assert drain(listener) == [("workqueue", "")]
+        conn.execute(
+            "SELECT count(*) FROM pepsi.enqueue_lines('a', ARRAY['{}', '{}'],"
+            " dedupe_keys => ARRAY['k1', NULL])"
+        )
+        assert drain(listener) == [("workqueue", "")], "keyed: one notification"
+        conn.execute(
+            "SELECT count(*) FROM pepsi.enqueue_lines('a', ARRAY['{}'], now() + interval '1 h')"
+        )
+        assert sorted(drain(listener)) == [("workqueue", ""), ("workqueue", "delayed")]
+        try:
+            conn.execute("SELECT count(*) FROM pepsi.enqueue_lines('a', ARRAY['{}', '[]'])")
+        except psycopg.errors.InvalidParameterValue:
+            pass
+        assert drain(listener) == [], "a refused call inserts nothing and says nothing"
+        with conn.transaction():
+            for _ in range(3):
+                conn.execute("SELECT count(*) FROM pepsi.enqueue_lines('a', ARRAY['{}'])")
+        assert drain(listener) == [("workqueue", "")], "one transaction: one notification"

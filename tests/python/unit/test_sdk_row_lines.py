@@ -75,3 +75,31 @@ def test_a_second_copy_of_an_id_is_read_again_at_its_turn() -> None:
     loaded = load_batch(conn, [row_line(7), row_line(7)])  # type: ignore[arg-type]
     assert loaded[0].row is not None and loaded[0].row[0] == 7
     assert loaded[1].row == ("reload",)
+
+
+def test_the_worker_asks_for_rows_on_its_lines_only_once_it_knows_it_will_not_pin(
+    tmp_path, monkeypatch
+) -> None:
+    """Mapping the slot says "can be a template" and nothing more: a worker that
+    pins its rows reads each of them again, so rows on its lines would cost the
+    dispatcher their rendering for nothing. take_rows() adds CAN_TAKE_ROWS,
+    keeping the other bits; without a slot it does nothing."""
+    import os
+    import struct
+
+    from pepsi_dispatch.contract import CAN_TAKE_ROWS, CAN_TEMPLATE, INHAND_ENV, INHAND_WORD
+    from pepsi_dispatch.sdk.inhand import InHand, from_environment
+
+    slot = tmp_path / "slot"
+    slot.write_bytes(bytes(16))
+    fd = os.open(slot, os.O_RDWR)
+    monkeypatch.setenv(INHAND_ENV, str(fd))
+    in_hand = from_environment()  # closes fd
+
+    def caps() -> int:
+        return struct.unpack("=" + INHAND_WORD.lstrip("=@") * 2, slot.read_bytes())[1]
+
+    assert caps() == CAN_TEMPLATE
+    in_hand.take_rows()
+    assert caps() == CAN_TEMPLATE | CAN_TAKE_ROWS
+    InHand(None).take_rows()  # no slot: nothing to say, no error

@@ -8,16 +8,16 @@ merges them like the dispatcher (it builds its graph from the stages).
 
 * stage_config v2 (was v1)
 
-Revision ID: 0036
-Revises: 0035
+Revision ID: 0037
+Revises: 0036
 """
 
 from alembic import op
 
 from migrations.sqlfiles import install
 
-revision = "0036"
-down_revision = "0035"
+revision = "0037"
+down_revision = "0036"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,153 @@
+"""``--bulk``: 100,000 messages in, against a bare COPY of the same rows (the floor).
+
+Each round times, on an emptied ``pepsi.workqueue`` after a CHECKPOINT:
+
+- ``copy``: ``COPY pepsi.workqueue (stage, payload)`` of the JSON-lines file's
+  lines (in this process, as ``psql \\copy`` would send them) -- the floor;
+  ``copy+keys`` adds ``priority`` and ``dedupe_key`` columns;
+- ``copy dicts``: the same rows from Python dicts (``json.dumps`` + COPY), the
+  floor for a Python producer holding dicts;
+- ``enqueue_many`` (dicts) and ``enqueue_many+keys`` (priority 5, one key per row);
+- ``cli``: ``pepsi-queue enqueue bench - --force -q < FILE`` (a new process:
+  its start-up counts) and ``cli+keys`` (``--key-field key --priority 5``).
+
+Rounds are interleaved; ratios are floor time / time (1.0: as fast as COPY).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from pepsi_dispatch.devtools.bench.core import say
+from pepsi_dispatch.enqueue import enqueue_many
+
+STAGE = "bench"
+
+
+def _rows(n: int) -> list[dict[str, object]]:
+    return [
+        {"n": i, "key": f"k-{i}", "url": f"https://example.org/doc/{i}", "tags": ["a", "b"]}
+        for i in range(n)
+    ]
+
+
+def _copy_text(lines: bytes, keys: bool) -> bytes:
+    """The JSON lines as COPY text rows (backslash, tab and CR escaped)."""
+    esc = lines.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\r", b"\\r")
+    out = []
+    for i, line in enumerate(esc.split(b"\n")[:-1]):
+        out.append(
+            b"%s\t%s\t5\tk-%d\n" % (STAGE.encode(), line, i) if keys else b"bench\t" + line + b"\n"
+        )
+    return b"".join(out)
+
+
+def main(dsn: str, n: int, rounds: int) -> int:
+    """Run ``rounds`` interleaved rounds of every variant; print times and ratios."""
+    rows = _rows(n)
+    raw = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    keys = [str(r["key"]) for r in rows]
+    copy_plain = _copy_text(raw, keys=False)
+    copy_keyed = _copy_text(raw, keys=True)
+    queue = str(Path(sys.executable).with_name("pepsi-queue"))
+    env = {**os.environ, "PEPSI_DSN": dsn, "PEPSI_CONFIG": ""}
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
+        f.write(raw)
+        f.flush()
+
+        def cli(*extra: str) -> Callable[[psycopg.Connection], None]:
+            def run(_: psycopg.Connection) -> None:
+                with open(f.name, "rb") as stdin:
+                    subprocess.run(
+                        [queue, "enqueue", STAGE, "-", "--force", "-q", *extra],
+                        stdin=stdin,
+                        stdout=subprocess.DEVNULL,
+                        env=env,
+                        check=True,
+                    )
+
+            return run
+
+        def copy(data: bytes, cols: str) -> Callable[[psycopg.Connection], None]:
+            def run(conn: psycopg.Connection) -> None:
+                with (
+                    conn.transaction(),
+                    conn.cursor().copy(f"COPY pepsi.workqueue ({cols}) FROM STDIN") as cp,
+                ):
+                    cp.write(data)
+
+            return run
+
+        def copy_dicts(conn: psycopg.Connection) -> None:
+            with (
+                conn.transaction(),
+                conn.cursor().copy("COPY pepsi.workqueue (stage, payload) FROM STDIN") as cp,
+            ):
+                for r in rows:
+                    cp.write_row((STAGE, json.dumps(r)))
+
+        variants: dict[str, tuple[Callable[[psycopg.Connection], None], str]] = {
+            "copy": (copy(copy_plain, "stage, payload"), "copy"),
+            "copy dicts": (copy_dicts, "copy dicts"),
+            "cli": (cli(), "copy"),
+            "copy+keys": (copy(copy_keyed, "stage, payload, priority, dedupe_key"), "copy+keys"),
+            "cli+keys": (cli("--key-field", "key", "--priority", "5"), "copy+keys"),
+        }
+
+        def api(conn: psycopg.Connection) -> None:
+            enqueue_many(conn, STAGE, rows)
+
+        def api_keys(conn: psycopg.Connection) -> None:
+            enqueue_many(conn, STAGE, rows, priority=5, dedupe_keys=keys)
+
+        variants = {
+            "copy": variants["copy"],
+            "copy dicts": variants["copy dicts"],
+            "enqueue_many": (api, "copy dicts"),
+            "cli": variants["cli"],
+            "copy+keys": variants["copy+keys"],
+            "enqueue_many+keys": (api_keys, "copy+keys"),
+            "cli+keys": variants["cli+keys"],
+        }
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        say(
+            f"bulk enqueue: {n:,} messages, {rounds} interleaved rounds, {len(raw):,} bytes of JSON"
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for r in range(rounds):
+                for name, (run, _) in variants.items():
+                    conn.execute("TRUNCATE pepsi.workqueue")
+                    conn.execute("CHECKPOINT")
+                    t0 = time.perf_counter()
+                    run(conn)
+                    elapsed = time.perf_counter() - t0
+                    got = conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()
+                    assert got is not None and got[0] == n, (name, got)
+                    times[name].append(elapsed)
+                    say(
+                        f"  round {r + 1} {name:<18} {elapsed:6.3f} s"
+                        f"  (load {os.getloadavg()[0]:.2f})"
+                    )
+        say("  variant            seconds per round         median   ratio to its floor")
+        for name, (_, floor) in variants.items():
+            med = statistics.median(times[name])
+            fmed = statistics.median(times[floor])
+            per = " / ".join(f"{t:.3f}" for t in times[name])
+            per_ratio = " / ".join(
+                f"{f / t:.2f}" for f, t in zip(times[floor], times[name], strict=True)
+            )
+            say(
+                f"  {name:<18} {per:<26} {med:6.3f}   {fmed / med:.2f} (of {floor};"
+                f" per round {per_ratio})"
+            )
+    return 0
