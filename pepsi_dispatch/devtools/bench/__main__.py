@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 
 from pepsi_dispatch.devtools.bench.core import latency, machine_facts, say, throughput
+from pepsi_dispatch.devtools.bench.floor import floor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also run each worker with N competing dispatchers sharing the stages"
         " (PARALLELISM split between them, same total), interleaved, with the ratio"
         " to one dispatcher; e.g. 1,2,4",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure, each round, the floor: the drain's statements (claim, pin,"
+        " finish_many) in a bare loop on PARALLELISM connections, batches of QUEUE_LIMIT,"
+        " 1 stage (see devtools/bench/floor.py); rows get their ratio to it",
     )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument(
@@ -138,8 +146,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         counts = [0, *(int(n) for n in args.replicas.split(",") if n.strip())]
         runs = [(w, n) for w in workers for n in counts]
+        if args.floor:
+            runs.append(("floor", 0))
         results: dict[tuple[str, int], list[dict[str, float]]] = {r: [] for r in runs}
         for worker, replicas in [r for _ in range(args.repeat) for r in runs]:  # interleaved
+            if worker == "floor":
+                r = floor(dsn, args.messages, args.parallelism, args.queue_limit)
+                say(
+                    f"  {'floor':<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
+                    f"  (claim, pin, finish_many in a bare loop on {args.parallelism}"
+                    f" connection(s), batches of {args.queue_limit}, 1 stage;"
+                    f" load {os.getloadavg()[0]:.1f})"
+                )
+                results[(worker, replicas)].append(r)
+                continue
             r = throughput(
                 dsn,
                 worker,
@@ -160,15 +180,25 @@ def main(argv: list[str] | None = None) -> int:
                 f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
             )
             results[(worker, replicas)].append(r)
-        if args.repeat > 1 or len(counts) > 1:
+        if args.repeat > 1 or len(counts) > 1 or args.floor:
             say(f"  median of {args.repeat} interleaved runs:")
             for (worker, replicas), rs in results.items():
                 label = worker if not replicas else f"{worker} ×{replicas} competing"
-                line = (
-                    f"  {label:<11} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
+                line = f"  {label:<11} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
+                if worker == "floor":
+                    say(line + " messages/s")
+                    continue
+                line += (
                     f" messages/s  {statistics.median(x['runs_per_s'] for x in rs):8.0f}"
                     " stage runs/s"
                 )
+                if args.floor and args.stages == 1:
+                    # the median of the per-round ratios to the floor of the same round
+                    bare = results[("floor", 0)]
+                    to_floor = [
+                        x["msg_per_s"] / f["msg_per_s"] for x, f in zip(rs, bare, strict=True)
+                    ]
+                    line += f"  ({statistics.median(to_floor):.2f}× the floor)"
                 if replicas:
                     # the median of the per-round ratios to one dispatcher
                     alone = results[(worker, 0)]

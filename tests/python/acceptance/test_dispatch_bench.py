@@ -99,3 +99,30 @@ def test_peers_bench_table_and_costs(h: Harness, capsys, monkeypatch) -> None:
     assert "per message (median of 1 runs" in out
     assert "at a service already running and idle" in out  # the default clock
     assert not (h.tmp / "peers").exists()  # nothing installed for our systems alone
+
+
+def test_bench_floor_and_replicas_rows(h: Harness, capsys) -> None:
+    """`make bench BENCH_ARGS='--floor --replicas 2'`: the floor (the drain's statements
+    in a bare loop) and two competing dispatchers drain every message, and each row
+    of ours gets its ratio to one dispatcher and to the floor. The figures are not
+    tested; that the runs finish everything, and say so, is."""
+    from pepsi_dispatch.devtools.bench.__main__ import main as bench_main
+    from pepsi_dispatch.devtools.bench.floor import floor
+
+    bare = floor(h.dsn, 300, 2, 4)
+    assert bare["done"] == 300 and bare["msg_per_s"] > 0
+    assert h.conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+    assert h.conn.execute("SELECT count(*) FROM pepsi.dispatchers").fetchone() == (0,)
+
+    os.environ["PEPSI_DSN"] = h.dsn
+    try:
+        argv = ["--worker", "sdk-default", "--stages", "1", "--parallelism", "2"]
+        argv += ["--queue-limit", "4", "--messages", "200", "--latency", "0"]
+        rc = bench_main([*argv, "--floor", "--replicas", "2"])
+    finally:
+        del os.environ["PEPSI_DSN"]
+    out = capsys.readouterr().out
+    assert rc in (0, None), out
+    assert "sdk-default ×2 competing" in out and "× one dispatcher)" in out, out
+    assert "× the floor)" in out and "bare loop on 2 connection(s)" in out, out
+    assert out.count("not done 0,") == 2, out
