@@ -67,4 +67,7 @@ class ClaimStatement:
         # cancel, an application's SELECT ... FOR UPDATE); waiting on one would
         # stall every stage.
         args = (dispatcher_id, list(stages), int_array(caps), True, bounds)
-        return (*args, int_array(line_limits) if line_limits else None)
+        # No stage taking lines: NULL, so that the claim renders no row at all (with
+        # an array of zeros it would render each row's text, then drop it).
+        wants_lines = line_limits is not None and any(line_limits)
+        return (*args, int_array(line_limits) if wants_lines else None)
