@@ -6,8 +6,12 @@ Input is what the soak recorded (see driver.py):
   "stage", "pid", "did", "t", ...}``; a ``tx`` line also has ``fn`` (advance,
   finish, pause, fail) and ``ret`` (True, False, or None when the statement
   raised, so its outcome is unknown to the program);
-- ``last_alive``: for each stage-program pid seen dead, the last time it was
-  seen alive (a lower bound of its death; the watcher polls /proc);
+- ``last_alive``: for each stage-program process seen dead, the last time it
+  was seen alive (a lower bound of its death; the watcher polls /proc), keyed
+  by its log file's name without ``.jsonl`` (``"STAGE-PID"``): a pid is reused
+  once the soak has started more processes than ``pid_max`` (32768 here), and a
+  later process of another stage with the same pid must not extend an earlier
+  run (a key that is a bare pid applies to that pid in any stage);
 - ``kills``: ``(pid, t)`` of every SIGKILL the soak sent;
 - ``declared_dead``: dispatcher id -> when (a time or a list of times) another
   dispatcher's ``reset_orphans`` deleted it from the registry (it was presumed
@@ -109,7 +113,7 @@ class Verdict:
 # ------------------------------------------------------------------ runs
 
 
-def build_runs(events: list[dict], last_alive: dict[int, float]) -> list[Run]:
+def build_runs(events: list[dict], last_alive: dict[int | str, float]) -> list[Run]:
     """One Run per delivery of (id, stage) to a process. A process redoing a
     message (a start with no end logged before it: a lost connection) is still
     one run; a start after an end is a new delivery (the message came back
@@ -139,14 +143,17 @@ def _deliveries(evs: list[dict]) -> list[list[dict]]:
     return out
 
 
-def _run_of(mid: int, stage: str, pid: int, evs: list[dict], last_alive: dict[int, float]) -> Run:
+def _run_of(
+    mid: int, stage: str, pid: int, evs: list[dict], last_alive: dict[int | str, float]
+) -> Run:
     ends = [e["t"] for e in evs if e["ev"] in ("end", "tx")]
     # A run ended cleanly when its last event is an end (not a start redone later).
     clean = evs[-1]["ev"] == "end"
+    seen = last_alive.get(f"{stage}-{pid}", last_alive.get(pid))
     if clean:
         end = evs[-1]["t"]
-    elif pid in last_alive:
-        end = max([last_alive[pid], *ends])
+    elif seen is not None:
+        end = max([seen, *ends])
     else:
         end = math.inf
     txs = [(e["fn"], e.get("ret"), e["t"]) for e in evs if e["ev"] == "tx"]
@@ -410,7 +417,7 @@ def check_stats_tail(
 def check(
     *,
     events: list[dict],
-    last_alive: dict[int, float],
+    last_alive: dict[int | str, float],
     kills: list[tuple[int, float]],
     declared_dead: dict[int, float | list[float]],
     history: list[dict],

@@ -257,9 +257,11 @@ class Watcher(threading.Thread):
     def __init__(self, logdir: Path) -> None:
         super().__init__(daemon=True, name="watcher")
         self.logdir = logdir
-        self.tracked: dict[int, int] = {}  # pid -> starttime
-        self.alive_at: dict[int, float] = {}
-        self.dead: dict[int, float] = {}
+        # Keyed by log file ("STAGE-PID"), not pid: pids are reused in a long soak,
+        # and a later process of another stage must not look like this one alive.
+        self.tracked: dict[str, tuple[int, int]] = {}  # file -> (pid, starttime)
+        self.alive_at: dict[str, float] = {}
+        self.dead: dict[str, float] = {}
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
@@ -270,21 +272,22 @@ class Watcher(threading.Thread):
                 if name in seen_files:
                     continue
                 seen_files.add(name)
-                pid = int(name.rsplit("-", 1)[1].split(".")[0])
+                key = name.removesuffix(".jsonl")
+                pid = int(key.rsplit("-", 1)[1])
                 st = proc_stat(pid)
                 if st is None or st[0] == "Z":
                     mtime = (self.logdir / name).stat().st_mtime
-                    self.dead[pid] = mtime
+                    self.dead[key] = mtime
                 else:
-                    self.tracked[pid] = st[2]
-                    self.alive_at[pid] = now
-            for pid, start in list(self.tracked.items()):
+                    self.tracked[key] = (pid, st[2])
+                    self.alive_at[key] = now
+            for key, (pid, start) in list(self.tracked.items()):
                 st = proc_stat(pid)
                 if st is None or st[0] == "Z" or st[2] != start:
-                    self.dead[pid] = self.alive_at[pid]
-                    del self.tracked[pid]
+                    self.dead[key] = self.alive_at[key]
+                    del self.tracked[key]
                 else:
-                    self.alive_at[pid] = now
+                    self.alive_at[key] = now
             time.sleep(0.05)
 
 

@@ -250,3 +250,21 @@ def test_declared_dead_before_it_claimed_the_row_is_no_excuse():
     history[0]["new_did"] = 171
     v = verdict(events, dead={171: [56.0]}, history=history)
     assert kinds(v) == {"overlap": 1}
+
+
+def test_a_reused_pid_of_another_stage_does_not_keep_a_run_alive():
+    """A long soak wraps pids (pid_max): process 10 of stage a ran message 1 and
+    died without an end; later a stage b process got pid 10 too. The watcher
+    keys what it saw by log file ("a-10", "b-10"): stage a's run ends when a-10
+    was last seen, not when b-10 was, so message 1's next run is no overlap."""
+    events = [
+        ev("start", 1, "a", 10, 0.0, did=1),
+        ev("tx", 1, "a", 10, 0.1, did=1, fn="advance", ret=None),
+        ev("start", 1, "a", 20, 3.0, did=1),
+        ev("tx", 1, "a", 20, 3.1, did=1, fn="advance", ret=True),
+        ev("end", 1, "a", 20, 3.2, did=1),
+    ]
+    assert verdict(events, last_alive={"a-10": 2.0, "b-10": 900.0}).ok
+    assert kinds(verdict(events, last_alive={"a-10": 3.5})) == {"overlap": 1}
+    # a bare pid still applies to every stage (older evidence files)
+    assert kinds(verdict(events, last_alive={10: 900.0})) == {"overlap": 1}
