@@ -540,121 +540,64 @@ BEGIN
                         cardinality(claim_lines.stages), cardinality(claim_lines.after_ids)
             USING ERRCODE = '22023';
     END IF;
-    IF claim_lines.skip_locked THEN
-        RETURN QUERY
-        WITH moved AS (
-            UPDATE pepsi.workqueue AS w
-               SET status = 'running', dispatcher_id = claim_lines.dispatcher_id, updated_at = now()
-             WHERE w.workqueue_id = ANY (ARRAY(
-                       SELECT p.workqueue_id
-                         FROM unnest(claim_lines.stages, claim_lines.caps, coalesce(claim_lines.after_ids,
-                                  array_fill(NULL::bigint, ARRAY[coalesce(cardinality(claim_lines.stages), 0)])))
-                              AS s(stage, cap, after_id)
-                        CROSS JOIN LATERAL (
-                              SELECT b.workqueue_id
-                                FROM ((SELECT x.workqueue_id FROM (
-                                           SELECT q.workqueue_id
-                                             FROM pepsi.workqueue AS q
-                                            WHERE q.stage = s.stage AND q.status = 'pending'
-                                             AND q.priority > 0
-                                           ORDER BY q.stage, q.priority DESC, q.workqueue_id
-                                           LIMIT s.cap
-                                           FOR UPDATE SKIP LOCKED) AS x)
-                                      UNION ALL
-                                      (SELECT x.workqueue_id FROM (
-                                           SELECT q.workqueue_id
-                                             FROM pepsi.workqueue AS q
-                                            WHERE q.stage = s.stage AND q.status = 'pending'
-                                             AND q.priority >= 0 AND q.priority <= 0
-                                             AND q.workqueue_id > coalesce(s.after_id, 0)
-                                           ORDER BY q.stage, q.priority DESC, q.workqueue_id
-                                           LIMIT s.cap
-                                           FOR UPDATE SKIP LOCKED) AS x)
-                                      UNION ALL
-                                      (SELECT x.workqueue_id FROM (
-                                           SELECT q.workqueue_id
-                                             FROM pepsi.workqueue AS q
-                                            WHERE q.stage = s.stage AND q.status = 'pending'
-                                             AND q.priority < 0
-                                           ORDER BY q.stage, q.priority DESC, q.workqueue_id
-                                           LIMIT s.cap
-                                           FOR UPDATE SKIP LOCKED) AS x)) AS b
-                               LIMIT s.cap) AS p
-                        WHERE s.cap > 0))
-               AND (w.status = 'pending') IS TRUE
-            RETURNING w.workqueue_id, w.stage, w.priority,
-                      CASE WHEN claim_lines.line_limits IS NULL THEN NULL
-                           WHEN pg_column_size(w.payload) + pg_column_size(w.state) <= 65536
-                           THEN w.workqueue_id || E'\t' || w.stage || E'\t' || w.retries
-                                || E'\t' || w.payload::text || E'\t' || w.state::text
-                      END AS line
-        )
-        SELECT m.workqueue_id, m.stage, m.priority,
-               CASE WHEN m.line IS NULL THEN NULL
-                    WHEN octet_length(m.line) <= (
-                             SELECT max(l.max_bytes)
-                               FROM unnest(claim_lines.stages, claim_lines.line_limits)
-                                    AS l(stage, max_bytes)
-                              WHERE l.stage = m.stage)
-                    THEN m.line
-               END
-          FROM moved AS m
-         ORDER BY m.stage, m.priority DESC, m.workqueue_id;
-    ELSE
-        RETURN QUERY
-        WITH moved AS (
-            UPDATE pepsi.workqueue AS w
-               SET status = 'running', dispatcher_id = claim_lines.dispatcher_id, updated_at = now()
-             WHERE w.workqueue_id = ANY (ARRAY(
-                       SELECT p.workqueue_id
-                         FROM unnest(claim_lines.stages, claim_lines.caps, coalesce(claim_lines.after_ids,
-                                  array_fill(NULL::bigint, ARRAY[coalesce(cardinality(claim_lines.stages), 0)])))
-                              AS s(stage, cap, after_id)
-                        CROSS JOIN LATERAL (
-                              SELECT b.workqueue_id
-                                FROM ((SELECT q.workqueue_id
+    RETURN QUERY
+    WITH moved AS (
+        UPDATE pepsi.workqueue AS w
+           SET status = 'running', dispatcher_id = claim_lines.dispatcher_id, updated_at = now()
+         WHERE w.workqueue_id = ANY (ARRAY(
+                   SELECT p.workqueue_id
+                     FROM unnest(claim_lines.stages, claim_lines.caps, coalesce(claim_lines.after_ids,
+                              array_fill(NULL::bigint, ARRAY[coalesce(cardinality(claim_lines.stages), 0)])))
+                          AS s(stage, cap, after_id)
+                    CROSS JOIN LATERAL (
+                          SELECT b.workqueue_id
+                            FROM ((SELECT x.workqueue_id FROM (
+                                       SELECT q.workqueue_id
                                          FROM pepsi.workqueue AS q
                                         WHERE q.stage = s.stage AND q.status = 'pending'
-                                          AND q.priority > 0
-                                        ORDER BY q.stage, q.priority DESC, q.workqueue_id
-                                        LIMIT s.cap)
-                                      UNION ALL
-                                      (SELECT q.workqueue_id
+                                         AND q.priority > 0
+                                       ORDER BY q.stage, q.priority DESC, q.workqueue_id
+                                       LIMIT s.cap
+                                       FOR UPDATE SKIP LOCKED) AS x)
+                                  UNION ALL
+                                  (SELECT x.workqueue_id FROM (
+                                       SELECT q.workqueue_id
                                          FROM pepsi.workqueue AS q
                                         WHERE q.stage = s.stage AND q.status = 'pending'
-                                          AND q.priority >= 0 AND q.priority <= 0
-                                          AND q.workqueue_id > coalesce(s.after_id, 0)
-                                        ORDER BY q.stage, q.priority DESC, q.workqueue_id
-                                        LIMIT s.cap)
-                                      UNION ALL
-                                      (SELECT q.workqueue_id
+                                         AND q.priority >= 0 AND q.priority <= 0
+                                         AND q.workqueue_id > coalesce(s.after_id, 0)
+                                       ORDER BY q.stage, q.priority DESC, q.workqueue_id
+                                       LIMIT s.cap
+                                       FOR UPDATE SKIP LOCKED) AS x)
+                                  UNION ALL
+                                  (SELECT x.workqueue_id FROM (
+                                       SELECT q.workqueue_id
                                          FROM pepsi.workqueue AS q
                                         WHERE q.stage = s.stage AND q.status = 'pending'
-                                          AND q.priority < 0
-                                        ORDER BY q.stage, q.priority DESC, q.workqueue_id
-                                        LIMIT s.cap)) AS b
-                               LIMIT s.cap) AS p
-                        WHERE s.cap > 0))
-               AND (w.status = 'pending') IS TRUE
-            RETURNING w.workqueue_id, w.stage, w.priority,
-                      CASE WHEN claim_lines.line_limits IS NULL THEN NULL
-                           WHEN pg_column_size(w.payload) + pg_column_size(w.state) <= 65536
-                           THEN w.workqueue_id || E'\t' || w.stage || E'\t' || w.retries
-                                || E'\t' || w.payload::text || E'\t' || w.state::text
-                      END AS line
-        )
-        SELECT m.workqueue_id, m.stage, m.priority,
-               CASE WHEN m.line IS NULL THEN NULL
-                    WHEN octet_length(m.line) <= (
-                             SELECT max(l.max_bytes)
-                               FROM unnest(claim_lines.stages, claim_lines.line_limits)
-                                    AS l(stage, max_bytes)
-                              WHERE l.stage = m.stage)
-                    THEN m.line
-               END
-          FROM moved AS m
-         ORDER BY m.stage, m.priority DESC, m.workqueue_id;
-    END IF;
+                                         AND q.priority < 0
+                                       ORDER BY q.stage, q.priority DESC, q.workqueue_id
+                                       LIMIT s.cap
+                                       FOR UPDATE SKIP LOCKED) AS x)) AS b
+                           LIMIT s.cap) AS p
+                    WHERE s.cap > 0))
+           AND (w.status = 'pending') IS TRUE
+        RETURNING w.workqueue_id, w.stage, w.priority, w.retries, w.payload, w.state
+    )
+    SELECT r.workqueue_id, r.stage, r.priority,
+           CASE WHEN octet_length(r.line) <= r.max_bytes THEN r.line END
+      FROM (SELECT m.workqueue_id, m.stage, m.priority, lim.max_bytes,
+                   CASE WHEN lim.max_bytes > 0
+                         AND pg_column_size(m.payload) + pg_column_size(m.state) <= 65536
+                        THEN m.workqueue_id || E'\t' || m.stage || E'\t' || m.retries
+                             || E'\t' || m.payload::text || E'\t' || m.state::text
+                   END AS line
+              FROM moved AS m
+              LEFT JOIN LATERAL (
+                   SELECT max(l.max_bytes) AS max_bytes
+                     FROM unnest(claim_lines.stages, claim_lines.line_limits) AS l(stage, max_bytes)
+                    WHERE l.stage = m.stage) AS lim ON true
+            OFFSET 0) AS r  -- not flattened: each line is rendered once
+     ORDER BY r.stage, r.priority DESC, r.workqueue_id;
 END
 $$;
 
@@ -2714,7 +2657,8 @@ CREATE TABLE pepsi.dispatch_stats (
     expired bigint DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT dispatch_stats_one_row CHECK (id)
-);
+)
+WITH (autovacuum_vacuum_threshold='0', autovacuum_vacuum_scale_factor='0');
 
 CREATE TABLE pepsi.dispatchers (
     dispatcher_id bigint NOT NULL,
@@ -2724,7 +2668,8 @@ CREATE TABLE pepsi.dispatchers (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     gauges jsonb
-);
+)
+WITH (autovacuum_vacuum_threshold='0', autovacuum_vacuum_scale_factor='0');
 
 ALTER TABLE pepsi.dispatchers ALTER COLUMN dispatcher_id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pepsi.dispatchers_dispatcher_id_seq
@@ -2796,7 +2741,8 @@ CREATE TABLE pepsi.schedule_ticks (
     next_tick timestamp with time zone,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT schedule_ticks_name CHECK ((name ~ '^[A-Za-z0-9_.-]+$'::text))
-);
+)
+WITH (autovacuum_vacuum_threshold='0', autovacuum_vacuum_scale_factor='0');
 
 COMMENT ON TABLE pepsi.schedule_ticks IS 'known ticks of [schedule-NAME] sections: a tick is enqueued once, with its record';
 
@@ -2809,7 +2755,8 @@ CREATE TABLE pepsi.stage_stats (
     processing_seconds double precision DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT stage_stats_stage_name CHECK ((stage ~ '^[A-Za-z0-9_.-]+$'::text))
-);
+)
+WITH (autovacuum_vacuum_threshold='0', autovacuum_vacuum_scale_factor='0');
 
 CREATE TABLE pepsi.stages (
     stage text NOT NULL,
@@ -2825,7 +2772,8 @@ CREATE TABLE pepsi.stages (
     CONSTRAINT stages_retry_delay CHECK ((retry_delay > '00:00:00'::interval)),
     CONSTRAINT stages_retry_delay_max CHECK ((retry_delay_max > '00:00:00'::interval)),
     CONSTRAINT stages_stage_name CHECK ((stage ~ '^[A-Za-z0-9_.-]+$'::text))
-);
+)
+WITH (autovacuum_vacuum_threshold='0', autovacuum_vacuum_scale_factor='0');
 
 COMMENT ON TABLE pepsi.stages IS 'stage table of the running configuration, written by pepsi.register_stages';
 

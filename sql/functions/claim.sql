@@ -26,22 +26,21 @@
 --   docs/INTERNALS.md, "Claim floors"): a floor may be raised only by the
 --   ids of priority-0 rows a claim returned, hence the priority column.
 --   Rows of other priorities are never bounded.
---   skip_locked: the pick takes FOR UPDATE SKIP LOCKED, so the claim passes
---   over a row another transaction holds locked and never waits for it: a
---   replica claiming right now, an operator's cancel or reschedule, an
---   application's SELECT ... FOR UPDATE, a producer's open transaction.  The
---   dispatcher always asks for it (single and competing mode): it is not the
---   only writer of pending rows, and a claim that waited on one locked row
+--   The pick always takes FOR UPDATE SKIP LOCKED, so the claim passes over
+--   a row another transaction holds locked and never waits for it: a replica
+--   claiming right now, an operator's cancel or reschedule, an application's
+--   SELECT ... FOR UPDATE, a producer's open transaction.  The claim is not
+--   the only writer of pending rows, and one that waited on one locked row
 --   would stall every stage until lock_timeout.  A skipped row is taken by a
 --   later claim once its lock is gone.  Only rows the LIMIT lets through are
---   locked.  Without skip_locked (a caller of its own) the claim waits.
+--   locked.  skip_locked is accepted for the callers of earlier revisions and
+--   changes nothing.
 --   Raises 22004 for a NULL dispatcher_id, 22023 when stages and caps (or a
 --   non-NULL after_ids) differ in length.
 --   Writes: pepsi.workqueue (status, dispatcher_id, updated_at).
 --   Locks: the claimed rows.
---   Guarantees: a row is returned to at most one caller — with skip_locked
---   the pick holds each row's lock; without it the UPDATE re-checks
---   status = 'pending' after waiting for any concurrent claimer.
+--   Guarantees: a row is returned to at most one caller: the pick holds each
+--   row's lock, and the UPDATE re-checks status = 'pending'.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
 --
 -- History: v2 (0002) found the rows through the primary key instead of a

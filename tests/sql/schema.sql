@@ -1,6 +1,6 @@
 -- The schema (docs/SQL.md, Schema): tables, columns, indexes, invariants as CHECKs.
 BEGIN;
-SELECT plan(29);
+SELECT plan(30);
 
 SELECT has_schema('pepsi', 'schema pepsi exists');
 SELECT has_table('pepsi', t, format('table pepsi.%s exists', t))
@@ -24,6 +24,13 @@ SELECT has_index('pepsi', 'workqueue', 'workqueue_done_idx', 'done rows are inde
 SELECT ok((SELECT reloptions @> ARRAY['autovacuum_vacuum_scale_factor=0.01']
              FROM pg_class WHERE oid = 'pepsi.workqueue'::regclass),
           'workqueue is vacuumed after 1% dead rows, not 20%');
+SELECT is((SELECT array_agg(c.relname::text ORDER BY c.relname)
+             FROM pg_class AS c
+            WHERE c.relnamespace = 'pepsi'::regnamespace AND c.relkind = 'r'
+              AND c.reloptions @> ARRAY['autovacuum_vacuum_threshold=0',
+                                        'autovacuum_vacuum_scale_factor=0']),
+          ARRAY['dispatch_stats', 'dispatchers', 'schedule_ticks', 'stage_stats', 'stages'],
+          'the small tables rewritten in place are vacuumed at their first dead row');
 
 SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, status) VALUES ('a', 'bogus')$$,
                  '23514', NULL, 'an unknown status is refused');

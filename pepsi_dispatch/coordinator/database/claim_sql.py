@@ -63,11 +63,6 @@ class ClaimStatement:
     ) -> tuple[Any, ...]:
         """The claim's parameters (``line_limits``: see ``Database.claim``)."""
         bounds = None if after_ids is None else int_array(after_ids)
-        # skip_locked always: other roles lock pending rows too (an operator's
-        # cancel, an application's SELECT ... FOR UPDATE); waiting on one would
-        # stall every stage.
-        args = (dispatcher_id, list(stages), int_array(caps), True, bounds)
-        # No stage taking lines: NULL, so that the claim renders no row at all (with
-        # an array of zeros it would render each row's text, then drop it).
-        wants_lines = line_limits is not None and any(line_limits)
-        return (*args, int_array(line_limits) if wants_lines else None)
+        # skip_locked: claim_lines always skips locked rows; sent as true for clarity.
+        limits = None if line_limits is None else int_array(line_limits)
+        return (dispatcher_id, list(stages), int_array(caps), True, bounds, limits)

@@ -76,3 +76,29 @@ def test_concurrent_claims_never_return_a_row_twice(dsn: str, conn, skip_locked:
     )
     counts = conn.execute("SELECT status, count(*) FROM pepsi.workqueue GROUP BY status").fetchall()
     assert counts == [("running", total)]
+
+
+@pytest.mark.parametrize("skip_locked", [False, True], ids=["asked_to_wait", "skip_locked"])
+def test_the_claim_never_waits_on_a_row_another_session_locked(
+    dsn: str, conn, skip_locked: bool
+) -> None:
+    """An application's open SELECT ... FOR UPDATE on a pending row: the claim
+    passes over it at once, whatever skip_locked says (before claim_lines v2 a
+    false skip_locked waited until lock_timeout)."""
+    first, second = (
+        conn.execute("SELECT pepsi.enqueue('lk', '{}')").fetchone()[0] for _ in range(2)
+    )
+    with psycopg.connect(dsn) as holder:  # a transaction left open
+        holder.execute("SELECT 1 FROM pepsi.workqueue WHERE workqueue_id = %s FOR UPDATE", (first,))
+        with psycopg.connect(dsn, autocommit=True) as claimer:
+            claimer.execute("SET lock_timeout = '2s'")
+            for function in ("claim", "claim_lines"):
+                got = claimer.execute(
+                    f"SELECT workqueue_id FROM pepsi.{function}(7, ARRAY['lk'], ARRAY[10], %s)",
+                    (skip_locked,),
+                ).fetchall()
+                assert got == ([(second,)] if function == "claim" else []), function
+        holder.rollback()
+    assert conn.execute(
+        "SELECT status FROM pepsi.workqueue WHERE workqueue_id = %s", (first,)
+    ).fetchone() == ("pending",)

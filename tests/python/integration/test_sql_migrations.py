@@ -189,6 +189,6 @@ def test_offline_sql_script_matches_the_online_migration(tmp_path: Path) -> None
     """`alembic upgrade head --sql` gives DBAs a script psql can apply."""
     out = alembic("postgresql:///unused", "upgrade", "head", "--sql")
     assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim(") == 9  # v1 .. v9
-    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim_lines(") == 1
+    assert out.count("CREATE OR REPLACE FUNCTION pepsi.claim_lines(") == 2  # v1, v2
     assert "DROP FUNCTION pepsi.claim(bigint, text[], integer[], boolean)" in out
     assert "CREATE SCHEMA pepsi;" in out

@@ -5,18 +5,16 @@ from __future__ import annotations
 from pepsi_dispatch.coordinator.database.claim_sql import ClaimStatement
 
 
-def test_the_claim_asks_for_lines_only_when_a_stage_takes_them() -> None:
-    """Line limits of zeros are sent as NULL: pepsi.claim_lines renders each claimed
-    row's text whenever line_limits is not NULL, and only then drops the lines a
-    limit of 0 refuses, so zeros would cost the server every row's rendering for
-    nothing (a pinning SDK worker takes bare ids)."""
+def test_the_claim_sends_each_stages_line_limit_as_given() -> None:
+    """pepsi.claim_lines renders a row's line only where its stage's limit is
+    above 0, so the limits go as they are (NULL: no lines at all)."""
     claim = ClaimStatement(competing=False)
     *_, limits = claim.args(7, ["a", "b"], [4, 4], None, [0, 0])
-    assert limits is None
+    assert limits == "{0,0}"  # an int[] literal
     *_, limits = claim.args(7, ["a", "b"], [4, 4], None, None)
     assert limits is None
     *_, limits = claim.args(7, ["a", "b"], [4, 4], None, [0, 4096])
-    assert limits == "{0,4096}"  # an int[] literal
+    assert limits == "{0,4096}"
 
 
 def test_the_claim_always_skips_locked_rows() -> None:
