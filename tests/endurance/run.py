@@ -28,6 +28,9 @@ At the end the load stops, the queue drains, and every message is accounted
 for: present and terminal as its kind says, or finished by ``c`` and purged.
 
 Bounds (exit 1 when one breaks, after the table):
+  * the claim's and the finish's plans (tests/endurance/plans.py, probed each sample in a
+    new session) are at the end what they were at the warm-up's end, and their shared
+    buffers at most 1.3 x the warm-up's largest (+32);
   * after the warm-up, dispatcher RSS and fds, per-worker RSS and httpd RSS
     stay within 10 % of their median (max - min <= 10 % of it; fds +-2 allowed);
   * latency: no upward trend -- the last window's p50 is at most 1.5 x the
@@ -65,6 +68,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pepsi_dispatch.devtools import embedded  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+import plans  # noqa: E402
 
 VENV_BIN = ROOT / ".venv" / "bin"
 KINDS = [("ok", 0.86), ("fail", 0.03), ("pause", 0.03), ("crash", 0.03), ("delayed", 0.05)]
@@ -256,7 +262,10 @@ class Run:
         )
         kept = self.conn.execute("SELECT count(*) FROM pepsi.dead_letters").fetchone()[0]
         self._write_sizes(t, rels, kept)
+        probed = plans.probe_new_session(self.dsn, "a")
+        self._write_plans(t, probed)
         return {
+            "plans": probed,
             "rels": rels,
             "kept": kept,
             "t": t,
@@ -281,6 +290,15 @@ class Run:
             path.write_text(",".join(["minute", "dead_letters_rows", *names]) + "\n")
         with path.open("a") as f:
             f.write(",".join([f"{t / 60:.1f}", str(kept), *(str(rels[n]) for n in names)]) + "\n")
+
+    def _write_plans(self, t: float, probed: dict[str, plans.Probe]) -> None:
+        """One CSV line per sample: minute, then each function's buffers and plan shapes."""
+        path = self.tmp / "plans.csv"
+        if not path.exists():
+            path.write_text("minute,function,buffers,rows,shapes\n")
+        with path.open("a") as f:
+            for name, p in probed.items():
+                f.write(f'{t / 60:.1f},{name},{p.buffers},{p.rows},"{" | ".join(p.shapes)}"\n')
 
     def latencies(self) -> dict[int, float]:
         """id -> enqueue->start seconds of every first run at ``a`` so far."""
@@ -453,6 +471,7 @@ class Run:
                 )
             )
         verdicts += self.relation_bounds(warm, steady, final)
+        verdicts += self.plan_bounds(warm, [*steady, final])
         verdicts.append(
             (
                 f"/metrics scrapes: {self.scrapes[0]} answered 200, {self.scrapes[1]} not",
@@ -491,6 +510,31 @@ class Run:
             growth = (after - before) / before * 100 if before else 0.0
             print(f"{name:<34} {before // 1024:>12} {after // 1024:>10} {growth:>7.0f}%")
             out.append((f"size settles (<= +30 % after the warm-up) {text}", ok))
+        return out
+
+    def plan_bounds(self, warm: list[dict], later: list[dict]) -> list[tuple[str, bool]]:
+        """The claim's and the finish's plans at the end are the warm-up's, and
+        their buffers (the median of the last five probes) at most 30 % over the
+        warm-up's largest (+32 buffers); each probe plans anew, in a new session."""
+        out = []
+        print("\nplans (shared buffers per probe of a 16-row batch; every probe in plans.csv):")
+        for name in ("claim_lines", "finish_many"):
+            ref, last = warm[-1]["plans"][name], later[-1]["plans"][name]
+            warm_max = max(s["plans"][name].buffers for s in warm)
+            end = statistics.median(s["plans"][name].buffers for s in later[-5:])
+            print(f"  {name}: warm-up max {warm_max}, end (median of last 5) {end:g}")
+            out.append(
+                (
+                    f"{name} plan unchanged since the warm-up ({len(last.shapes)} statements)",
+                    last.shapes == ref.shapes,
+                )
+            )
+            out.append(
+                (
+                    f"{name} cost settles: {warm_max} buffers at the warm-up, {end:g} at the end",
+                    end <= 1.3 * warm_max + 32,
+                )
+            )
         return out
 
     def shutdown(self) -> None:
