@@ -34,6 +34,7 @@ import select
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Mapping
 from typing import IO
 
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 #: How long a spawn request may take (the template forks twice; milliseconds).
 SPAWN_TIMEOUT = 5.0
+#: While it waits for a spawn's answer, how often the dispatcher looks whether
+#: the template was stopped meanwhile (a stopped template never answers).
+SPAWN_POLL = 0.02
 
 
 class ForkedChild:
@@ -186,7 +190,7 @@ class TemplateProcess:
         try:
             self.sock.settimeout(SPAWN_TIMEOUT)
             socket.send_fds(self.sock, [b"spawn"], [*theirs, slot.fd])
-            answer = self.sock.recv(64)
+            answer = self._answer()
         except BaseException:
             _close(ours)
             raise
@@ -196,6 +200,22 @@ class TemplateProcess:
             _close(ours)
             raise OSError(f"template pid {self.pid}: {answer.decode(errors='replace') or 'gone'}")
         return ForkedChild(int(answer), in_w, out_r, err_r)
+
+    def _answer(self) -> bytes:
+        """The template's answer to a spawn request. A template stopped in the
+        middle of the spawn (SIGSTOP, a debugger, a frozen cgroup) never answers:
+        it is given up within SPAWN_POLL, not after SPAWN_TIMEOUT, so the loop
+        is held for milliseconds; OSError then (the caller execs instead)."""
+        deadline = time.monotonic() + SPAWN_TIMEOUT
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"template pid {self.pid} did not answer a spawn in time")
+            readable, _, _ = select.select([self.sock], [], [], min(left, SPAWN_POLL))
+            if readable:
+                return self.sock.recv(64)
+            if self.proc is not None and _stopped(self.proc.pid):
+                raise OSError(f"template pid {self.proc.pid} was stopped during a spawn")
 
     def close(self) -> None:
         """End it (it holds no ids; an idle session it keeps just closes) and reap it."""

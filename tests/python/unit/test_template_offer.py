@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -156,3 +157,40 @@ def test_no_template_wait_once_the_stage_has_other_workers() -> None:
     pool.workers.insert(0, _Starting(17, 4))  # type: ignore[arg-type]
     assert not pool.template_on_its_way(100.1)
     assert pool.capacity(100.1) == 4 + 4 + 2 * 4
+
+
+def test_a_template_stopped_in_the_middle_of_a_spawn_is_given_up_at_once() -> None:
+    """The template takes the spawn request, then stops (SIGSTOP, a debugger):
+    it never answers. The dispatcher used to wait SPAWN_TIMEOUT (5 s) with its
+    loop held; it now sees the stop within milliseconds and gives up (OSError:
+    the stage execs its worker instead)."""
+    from pepsi_dispatch.coordinator.workers.inhand import InHandSlot
+    from pepsi_dispatch.coordinator.workers.templates import SPAWN_TIMEOUT
+
+    script = (
+        "import os, signal, socket, sys\n"
+        "s = socket.socket(fileno=int(sys.argv[1]))\n"
+        "s.send(b'ready')\n"
+        "socket.recv_fds(s, 64, 8)\n"
+        "os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "s.send(b'123')\n"
+    )
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+    )
+    theirs.close()
+    template = TemplateProcess.__new__(TemplateProcess)
+    template.proc, template.pid, template.sock, template._ready = child, child.pid, mine, False
+    slot = InHandSlot()
+    try:
+        assert mine.recv(64) == b"ready"
+        t0 = time.monotonic()
+        with pytest.raises(OSError, match="stopped during a spawn"):
+            template.fork(slot)
+        assert time.monotonic() - t0 < SPAWN_TIMEOUT / 5
+    finally:
+        slot.handed_over()
+        child.kill()
+        child.wait()
+        mine.close()
