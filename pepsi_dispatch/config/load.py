@@ -360,7 +360,10 @@ def find_config(path: str | os.PathLike[str] | None = None) -> Path | None:
 
     Order: ``path`` (``-c``), ``$PEPSI_CONFIG``, ``~/.config/pepsi.conf``,
     ``/etc/pepsi.conf`` (:data:`SYSTEM_CONFIG`). An explicit path or ``$PEPSI_CONFIG``
-    that names no regular file is an error; the last two are simply skipped.
+    that names no regular file is an error; the last two are simply skipped when
+    absent or not readable by this user (a deployment's /etc/pepsi.conf is the
+    service's, 0640 root:pepsi with WORKER_DSN's password: people's ``pepsi-queue``
+    runs without it, on ``$PEPSI_DSN``).
 
     Raises:
         ConfigError: an explicit file does not exist or is not a regular file.
@@ -387,8 +390,15 @@ def find_config(path: str | os.PathLike[str] | None = None) -> Path | None:
     candidates.append(SYSTEM_CONFIG)
     for cand in candidates:
         if cand.is_file():
-            return cand
+            if readable(cand):
+                return cand
+            _log.debug("skipping %s: not readable by this user", cand)
     return None
+
+
+def readable(path: Path) -> bool:
+    """Whether this process's (real) user may read ``path``."""
+    return os.access(path, os.R_OK)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -252,12 +252,12 @@ def overlay_program_problems(file_config: Config, config: Config) -> list[str]:
 
 
 def searched_locations() -> list[str]:
+    """Where the configuration was looked for; a file skipped as unreadable says so."""
     home = os.environ.get("HOME") or "~"
-    return [
-        "-c (not given)",
-        "$PEPSI_CONFIG (not set)",
-        f"{home}/.config/pepsi.conf",
-        str(_config.SYSTEM_CONFIG),
+    searched = [Path(f"{home}/.config/pepsi.conf"), _config.SYSTEM_CONFIG]
+    return ["-c (not given)", "$PEPSI_CONFIG (not set)"] + [
+        f"{p} (not readable by this user)" if p.is_file() and not _config.readable(p) else str(p)
+        for p in searched
     ]
 
 

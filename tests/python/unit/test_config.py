@@ -22,6 +22,7 @@ from pepsi_dispatch.config import (
     reread_config,
 )
 from pepsi_dispatch.config import load as cfg
+from pepsi_dispatch.coordinator.checks import searched_locations
 from pepsi_dispatch.errors import UsageError
 
 Write = Callable[..., Path]
@@ -438,6 +439,20 @@ def test_search_order(write: Write, isolated: Path, monkeypatch: pytest.MonkeyPa
     assert c.dispatch.service_user == "explicit"
     assert c.path == explicit
     assert find_config(explicit) == explicit
+
+
+def test_searched_file_the_user_cannot_read_is_skipped(
+    write: Write, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment's /etc/pepsi.conf (0640 root:pepsi) is not for people: their
+    pepsi-queue runs on the defaults and PEPSI_DSN; named explicitly, it is an error."""
+    system = write("[pepsi-dispatch]\nSERVICE_USER = system\n", "system/pepsi.conf")
+    monkeypatch.setattr(cfg, "SYSTEM_CONFIG", system)
+    monkeypatch.setattr(cfg, "readable", lambda path: path != system)
+    assert find_config() is None
+    assert load_config().dispatch.service_user != "system"
+    assert searched_locations()[-1] == f"{system} (not readable by this user)"
+    assert find_config(system) == system  # -c: read (and any error reported) as given
 
 
 def test_relative_path_is_made_absolute(write: Write, monkeypatch: pytest.MonkeyPatch) -> None:
