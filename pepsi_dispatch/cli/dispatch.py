@@ -90,13 +90,13 @@ def serve(opts: _Options, check: bool) -> int:
         raise ConfigError(problem)
     # Import the whole serving code while still root: after the drop, the service
     # user may not be able to read the interpreter's library (a Python under /root).
-    import pepsi_dispatch.coordinator.loop as loop_module
+    import pepsi_dispatch.coordinator.dispatcher as dispatcher_module
 
     drop_privileges(config.dispatch.service_user)
     bad = [c for c in checks.program_checks(config) if not c.ok]
     if bad:
         raise ConfigError("; ".join(f"{c.name}: {c.detail}" for c in bad))
-    rc = loop_module.serve(config)
+    rc = dispatcher_module.serve(config)
     return 0 if rc is None else int(rc)
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from pepsi_dispatch.coordinator.database.calls import Database
 from pepsi_dispatch.coordinator.database.fence import Fence
+from pepsi_dispatch.coordinator.database.postgres import Database
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.workers.supervisor import Supervisor
 

@@ -11,7 +11,7 @@ import logging
 
 __all__ = ["FailureWatch"]
 
-log = logging.getLogger("pepsi_dispatch.coordinator.loop")
+log = logging.getLogger("pepsi_dispatch.coordinator.dispatcher")
 
 
 class FailureWatch:

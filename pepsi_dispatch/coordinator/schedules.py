@@ -28,8 +28,8 @@ import psycopg
 
 from pepsi_dispatch.config.schedule import ScheduleConfig, missed_ticks, next_tick
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.calls import Database
 from pepsi_dispatch.coordinator.database.link import error_line
+from pepsi_dispatch.coordinator.database.postgres import Database
 
 log = logging.getLogger(__name__)
 

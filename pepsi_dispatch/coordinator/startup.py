@@ -10,8 +10,8 @@ from psycopg import errors as pgerrors
 from pepsi_dispatch.config import Config, apply_overlay
 from pepsi_dispatch.contract import SCHEMA_FLOOR
 from pepsi_dispatch.coordinator.checks import overlay_program_problems
-from pepsi_dispatch.coordinator.database.calls import Database
 from pepsi_dispatch.coordinator.database.link import error_line
+from pepsi_dispatch.coordinator.database.postgres import Database
 from pepsi_dispatch.errors import FatalError, UsageError
 
 log = logging.getLogger(__name__)

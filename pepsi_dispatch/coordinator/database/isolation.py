@@ -15,7 +15,10 @@ import logging
 
 import psycopg
 
-from pepsi_dispatch.coordinator.database.calls import (
+from pepsi_dispatch.coordinator.database.fence import Fence
+from pepsi_dispatch.coordinator.database.flip import AFTER_ERROR, PausedFlip
+from pepsi_dispatch.coordinator.database.link import DatabaseLink, error_line
+from pepsi_dispatch.coordinator.database.postgres import (
     CONNECTION_LOST,
     ClaimArgs,
     Database,
@@ -23,9 +26,6 @@ from pepsi_dispatch.coordinator.database.calls import (
     RequeueArgs,
     RoundTripResult,
 )
-from pepsi_dispatch.coordinator.database.fence import Fence
-from pepsi_dispatch.coordinator.database.flip import AFTER_ERROR, PausedFlip
-from pepsi_dispatch.coordinator.database.link import DatabaseLink, error_line
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import psycopg
 
 from pepsi_dispatch.backoff import Backoff
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.calls import Database
+from pepsi_dispatch.coordinator.database.postgres import Database
 
 log = logging.getLogger(__name__)
 

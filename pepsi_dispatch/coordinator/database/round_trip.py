@@ -23,16 +23,16 @@ import psycopg
 
 from pepsi_dispatch.config import DispatchConfig
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.calls import (
+from pepsi_dispatch.coordinator.database.fence import Fence
+from pepsi_dispatch.coordinator.database.flip import PausedFlip
+from pepsi_dispatch.coordinator.database.isolation import Isolation
+from pepsi_dispatch.coordinator.database.link import DatabaseLink
+from pepsi_dispatch.coordinator.database.postgres import (
     ClaimArgs,
     Database,
     RequeueArgs,
     RoundTripResult,
 )
-from pepsi_dispatch.coordinator.database.fence import Fence
-from pepsi_dispatch.coordinator.database.flip import PausedFlip
-from pepsi_dispatch.coordinator.database.isolation import Isolation
-from pepsi_dispatch.coordinator.database.link import DatabaseLink
 from pepsi_dispatch.coordinator.database.settle import count_retried
 from pepsi_dispatch.coordinator.ledger import Ledger, OwedWrites, ids_text
 from pepsi_dispatch.coordinator.stats import Stats

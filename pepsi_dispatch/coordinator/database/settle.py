@@ -15,9 +15,9 @@ import logging
 
 import psycopg
 
-from pepsi_dispatch.coordinator.database.calls import Database, RoundTripResult
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.link import error_line
+from pepsi_dispatch.coordinator.database.postgres import Database, RoundTripResult
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
 

@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.calls import Database
 from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, error_line
+from pepsi_dispatch.coordinator.database.postgres import Database
 from pepsi_dispatch.coordinator.stats import Stats
 
 log = logging.getLogger(__name__)

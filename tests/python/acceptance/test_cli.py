@@ -62,7 +62,7 @@ def assert_one_error_line(stderr: str) -> str:
 
 @pytest.fixture
 def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.SimpleNamespace:
-    """Install a fake pepsi_dispatch.coordinator.loop whose serve() records its call.
+    """Install a fake pepsi_dispatch.coordinator.dispatcher whose serve() records its call.
 
     $PEPSI_CONFIG names a one-stage file: with no file and no stage serve refuses.
     """
@@ -70,23 +70,23 @@ def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.SimpleNa
     conf.write_text("[stage-a]\nPROGRAM = /bin/true\n")
     monkeypatch.setenv("PEPSI_CONFIG", str(conf))
     state = types.SimpleNamespace(config=None, result=0, raises=None, calls=[])
-    module = types.ModuleType("pepsi_dispatch.coordinator.loop")
+    module = types.ModuleType("pepsi_dispatch.coordinator.dispatcher")
 
     def serve(config: cfg.Config) -> int:
         state.calls.append("serve")
         state.config = config
-        logging.getLogger("pepsi_dispatch.coordinator.loop").info("fake loop serving")
+        logging.getLogger("pepsi_dispatch.coordinator.dispatcher").info("fake loop serving")
         if state.raises is not None:
             raise state.raises
         return state.result
 
     module.serve = serve  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pepsi_dispatch.coordinator.loop", module)
-    # `import pepsi_dispatch.coordinator.loop as m` reads the package's attribute, which an
-    # earlier test's import of the real loop has set: replace it too.
+    monkeypatch.setitem(sys.modules, "pepsi_dispatch.coordinator.dispatcher", module)
+    # `import pepsi_dispatch.coordinator.dispatcher as m` reads the package's attribute, which an
+    # earlier test's import of the real module has set: replace it too.
     import pepsi_dispatch.coordinator
 
-    monkeypatch.setattr(pepsi_dispatch.coordinator, "loop", module, raising=False)
+    monkeypatch.setattr(pepsi_dispatch.coordinator, "dispatcher", module, raising=False)
     import pepsi_dispatch.coordinator.privileges as privileges
 
     monkeypatch.setattr(

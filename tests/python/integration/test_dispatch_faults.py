@@ -664,7 +664,7 @@ def test_a_lost_reply_to_a_committed_claim_fails_no_healthy_row(
     at a but really left running there. After the reconnect X must go back to
     pending (not be failed as "left running"); Y must still be failed."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
     monkeypatch.setenv("PEPSI_DSN", dsn)
     conf = tmp_path / "pepsi.conf"
@@ -706,7 +706,7 @@ def test_an_unexpected_error_with_one_workers_output_kills_that_worker_only(
     tmp_path: Path,
 ) -> None:
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
     conf = tmp_path / "pepsi.conf"
     conf.write_text("[stage-a]\nPROGRAM = /bin/true\n")

@@ -18,7 +18,7 @@ from httpd_harness import Httpd
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
-from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
+from pepsi_dispatch.coordinator.database.postgres import LOCK_KEY
 
 
 @pytest.fixture

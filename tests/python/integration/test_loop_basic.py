@@ -1,4 +1,4 @@
-"""Smoke tests of the dispatcher loop (coordinator.loop, stage pools, processes, stats).
+"""Smoke tests of the dispatcher loop (coordinator.dispatcher, stage pools, processes, stats).
 
 Unit tests of the answer parser and the stats deltas, then a real
 ``pepsi-dispatch serve`` process against the fixture database with the small
@@ -127,7 +127,7 @@ def test_overlong_answer_across_reads_is_one_answer() -> None:
 def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
     """A reload never runs while stopping, so it must not make the loop poll at 0 s."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
@@ -147,7 +147,7 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
 def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: str) -> None:
     from psycopg.conninfo import make_conninfo
 
-    from pepsi_dispatch.coordinator.database.calls import Database
+    from pepsi_dispatch.coordinator.database.postgres import Database
 
     db = Database(dsn, False)
     db.connect()
@@ -172,7 +172,7 @@ def in_process_dispatcher(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """A started Dispatcher (connected, locked, registered) without its loop, nor
     the template probe its loop's first wake would start."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
     monkeypatch.setenv("PEPSI_DSN", dsn)
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
@@ -203,7 +203,7 @@ def test_query_error_keeps_the_lock_and_a_broken_work_connection_alone_is_reopen
 ) -> None:
     """Regression: every psycopg.Error closed both connections, so a plain query
     error (lock_timeout, statement_timeout, ...) gave up the advisory lock."""
-    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.postgres import LOCK_KEY
 
     def lock_free() -> bool:
         (got,) = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
@@ -341,7 +341,7 @@ def test_lock_pids_sees_only_this_database(
     session holds our lock" (the dispatcher would give up serving)."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.postgres import LOCK_KEY
 
     other_db = f"pepsi_lock_other_{os.getpid()}"
     conn.execute(f'DROP DATABASE IF EXISTS "{other_db}"')
@@ -362,7 +362,7 @@ def test_lock_pids_sees_only_this_database(
 def test_lock_really_lost_on_reconnect_still_flushes_stats(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.postgres import LOCK_KEY
     from pepsi_dispatch.errors import FatalError
 
     d = in_process_dispatcher(dsn, tmp_path, monkeypatch)
@@ -772,7 +772,7 @@ def test_lock_taken_over_during_reconnect_ends_with_exit_1(
     dsn: str, conn: psycopg.Connection, tmp_path: Path, served: Callable[..., Served]
 ) -> None:
     """Another holder of the advisory lock after a reconnect: workers stopped, exit 1."""
-    from pepsi_dispatch.coordinator.database.calls import LOCK_KEY
+    from pepsi_dispatch.coordinator.database.postgres import LOCK_KEY
 
     prog = program("--sleep", "a=30")
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": prog, "PARALLELISM": "1"}})
@@ -846,9 +846,9 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     """Claim floors (docs/INTERNALS.md): an answered/failed/released id X may be
     pending again at any stage, so every floor drops below X; requeued rows clear all."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.database.calls import Requeue
+    from pepsi_dispatch.coordinator.database.postgres import Requeue
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
     from pepsi_dispatch.coordinator.ledger import OwedWrites
-    from pepsi_dispatch.coordinator.loop import Dispatcher
 
     conf = write_conf(tmp_path / "pepsi.conf", {"a": {"PROGRAM": "/bin/true"}})
     d = Dispatcher(load_config(str(conf)))
@@ -931,7 +931,7 @@ def test_answer_checks_and_claim_in_one_statement(
     the row answered 0 but left running is failed and reported, the row the
     stage moved is untouched, and the claim takes the pending rows, lowest ids
     first, in the same round trip."""
-    from pepsi_dispatch.coordinator.database.calls import Database
+    from pepsi_dispatch.coordinator.database.postgres import Database
 
     db = Database(dsn, competing)
     db.connect()

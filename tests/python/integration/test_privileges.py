@@ -120,12 +120,12 @@ def test_cli_drops_before_the_loop_starts(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import json, os, sys, types
-        loop = types.ModuleType("pepsi_dispatch.coordinator.loop")
+        loop = types.ModuleType("pepsi_dispatch.coordinator.dispatcher")
         def serve(config):
             print(json.dumps([os.getuid(), os.geteuid(), os.getgid(), sorted(os.getgroups())]))
             return 0
         loop.serve = serve
-        sys.modules["pepsi_dispatch.coordinator.loop"] = loop
+        sys.modules["pepsi_dispatch.coordinator.dispatcher"] = loop
         from pepsi_dispatch.cli.dispatch import main
         sys.exit(main(["-c", sys.argv[1], "-L", "ERROR", "serve"]))
         """

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from test_loop_planning import FakeClock, dispatcher
 
-from pepsi_dispatch.coordinator.database.calls import _notification
+from pepsi_dispatch.coordinator.database.postgres import _notification
 
 if TYPE_CHECKING:
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
 CONF_TWO_STAGES = (
     "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
@@ -28,7 +28,7 @@ CONF_TWO_STAGES = (
 
 def _held(tmp_path: Path, clock: FakeClock, notes: list[str]) -> Dispatcher:
     """A dispatcher with stages a and b, both held off for 8 s (four failures)."""
-    from pepsi_dispatch.coordinator.loop import ReloadCause  # late: see dispatcher()
+    from pepsi_dispatch.coordinator.dispatcher import ReloadCause  # late: see dispatcher()
 
     d = dispatcher(tmp_path, clock)
     (tmp_path / "pepsi.conf").write_text(CONF_TWO_STAGES)
@@ -71,7 +71,7 @@ def test_resuming_a_stage_ends_its_hold_off_at_once(tmp_path: Path) -> None:
 
 
 def test_a_reload_ends_every_stage_hold_off(tmp_path: Path) -> None:
-    from pepsi_dispatch.coordinator.loop import ReloadCause  # late: see dispatcher()
+    from pepsi_dispatch.coordinator.dispatcher import ReloadCause  # late: see dispatcher()
 
     for cause in (ReloadCause.SIGHUP, ReloadCause.NOTIFIED):
         clock = FakeClock()

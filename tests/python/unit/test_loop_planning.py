@@ -14,7 +14,7 @@ from pepsi_dispatch.config import load_config
 from pepsi_dispatch.coordinator.database.link import LinkState
 
 if TYPE_CHECKING:
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
 
 class FakeClock:
@@ -41,9 +41,9 @@ class Healthy:
 
 
 def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatcher:
-    # Imported here, not at the top: test_cli replaces pepsi_dispatch.coordinator.loop in
+    # Imported here, not at the top: test_cli replaces pepsi_dispatch.coordinator.dispatcher in
     # sys.modules, which an earlier import of the real module would defeat.
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
     conf = tmp_path / "pepsi.conf"
     conf.write_text(

@@ -73,5 +73,5 @@ def test_the_check_sees_table_sql_and_lets_function_calls_pass() -> None:
         '"""The stage table into pepsi.stages; rows of pepsi.config."""\n'
     )
     assert table_access(calls, names) == []
-    assert PACKAGE / "coordinator" / "database" / "calls.py" in checked_files()
+    assert PACKAGE / "coordinator" / "database" / "postgres.py" in checked_files()
     assert PACKAGE / "devtools" / "bench" / "core.py" not in checked_files()

@@ -21,7 +21,7 @@ from pepsi_dispatch.errors import UsageError
 
 
 class RecordingDatabase:
-    """Stands in for :class:`~pepsi_dispatch.coordinator.database.calls.Database`;
+    """Stands in for :class:`~pepsi_dispatch.coordinator.database.postgres.Database`;
     records the calls in order."""
 
     def __init__(self, lock: bool = True) -> None:

@@ -10,7 +10,7 @@ import psycopg
 
 
 class StubDatabase:
-    """Stands in for coordinator.database.calls.Database: flush_stats fails or records."""
+    """Stands in for coordinator.database.postgres.Database: flush_stats fails or records."""
 
     def __init__(self) -> None:
         self.fail: BaseException | None = None
@@ -40,7 +40,7 @@ class StubDatabase:
 def dispatcher(tmp_path: Path, db: StubDatabase) -> Any:
     """A one-stage Dispatcher on the stub, its link up."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.loop import Dispatcher
+    from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
     conf = tmp_path / "pepsi.conf"
     conf.write_text(

@@ -31,11 +31,11 @@ from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_ove
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
 from pepsi_dispatch.coordinator.comeback import Comeback
-from pepsi_dispatch.coordinator.database.calls import DELAYED, TRY_NOW, Database
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
 from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, LinkState
+from pepsi_dispatch.coordinator.database.postgres import DELAYED, TRY_NOW, Database
 from pepsi_dispatch.coordinator.database.round_trip import RoundTrip
 from pepsi_dispatch.coordinator.database.settle import Settlement
 from pepsi_dispatch.coordinator.database.stats_flush import StatsFlush
