@@ -1,8 +1,8 @@
-"""Unit tests of the claim's parameters (coordinator/database/claim_sql.py): no database."""
+"""Unit tests of the claim's parameters (coordinator/database/postgres.py): no database."""
 
 from __future__ import annotations
 
-from pepsi_dispatch.coordinator.database.claim_sql import ClaimStatement
+from pepsi_dispatch.coordinator.database.postgres import ClaimStatement
 
 
 def test_the_claim_sends_each_stages_line_limit_as_given() -> None:
