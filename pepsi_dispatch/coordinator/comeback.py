@@ -20,17 +20,27 @@ A lost connection alone (the server kept running) keeps the workers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sized
+from typing import Protocol
 
 from pepsi_dispatch.coordinator.database.fence import Fence
-from pepsi_dispatch.coordinator.database.postgres import Database
+from pepsi_dispatch.coordinator.database.port import DispatchStore, Epoch
 from pepsi_dispatch.coordinator.ledger import Ledger
-from pepsi_dispatch.coordinator.workers.supervisor import Supervisor
 
 log = logging.getLogger("pepsi_dispatch")
 
-#: the server's start time and its last crash recovery's (Database.server_epoch).
-Epoch = tuple[str, str]
+
+class Workers(Protocol):
+    """What the comeback checks do to the workers' side (the supervisor): count
+    them, and stop them all, letting go of their ids."""
+
+    def all(self) -> Sized:
+        """Every worker."""
+        ...
+
+    def drop_all(self) -> int:
+        """Kill and reap every worker, forget its ids; how many ids they held."""
+        ...
 
 
 class Comeback:
@@ -38,8 +48,8 @@ class Comeback:
 
     def __init__(
         self,
-        db: Database,
-        supervisor: Supervisor,
+        db: DispatchStore,
+        supervisor: Workers,
         ledger: Ledger,
         declared_dead: Callable[[], bool],
         fence: Fence | None = None,
@@ -108,4 +118,4 @@ class Comeback:
         return True
 
 
-__all__ = ["Comeback", "Epoch"]
+__all__ = ["Comeback", "Workers"]

@@ -35,7 +35,8 @@ from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
 from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, LinkState
-from pepsi_dispatch.coordinator.database.postgres import DELAYED, TRY_NOW, Database
+from pepsi_dispatch.coordinator.database.port import DELAYED, TRY_NOW, DispatchStore
+from pepsi_dispatch.coordinator.database.postgres import PostgresStore
 from pepsi_dispatch.coordinator.database.round_trip import RoundTrip
 from pepsi_dispatch.coordinator.database.settle import Settlement
 from pepsi_dispatch.coordinator.database.stats_flush import StatsFlush
@@ -78,10 +79,10 @@ class Dispatcher:
         self,
         config: Config,
         clock: Callable[[], float] = time.monotonic,
-        db: Database | None = None,
+        db: DispatchStore | None = None,
     ) -> None:
-        """``clock`` (monotonic seconds) and ``db`` are injected: a test passes a
-        fake clock and a stand-in database to drive the loop's planning."""
+        """``clock`` (monotonic seconds) and ``db`` (the database port; default: the
+        PostgreSQL store) are injected: a test passes a fake clock and a fake store."""
         self.clock = clock
         self.config = config
         #: the configuration as read from the file, without the overlay: a
@@ -89,7 +90,7 @@ class Dispatcher:
         #: (as SERVICE_USER, maybe half edited).
         self.file_config = config
         self.dispatch_config = dispatch_config = config.dispatch
-        self.db = db if db is not None else Database(config.dsn, dispatch_config.competing)
+        self.db = db if db is not None else PostgresStore(config.dsn, dispatch_config.competing)
         self.sel = selectors.DefaultSelector()
         #: the connections' state machine: coordinator/database/link.py.
         self.link = DatabaseLink(self.db, self.sel)

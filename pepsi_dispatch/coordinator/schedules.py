@@ -29,7 +29,11 @@ import psycopg
 from pepsi_dispatch.config.schedule import ScheduleConfig, missed_ticks, next_tick
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.link import error_line
-from pepsi_dispatch.coordinator.database.postgres import Database
+from pepsi_dispatch.coordinator.database.port import (
+    DispatchStore,
+    FireScheduleParams,
+    RegisterSchedulesParams,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class Scheduler:
     def __init__(
         self,
         schedules: Mapping[str, ScheduleConfig],
-        db: Database,
+        db: DispatchStore,
         active: Callable[[], bool] = lambda: True,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -100,7 +104,12 @@ class Scheduler:
         scheds = list(self.schedules.values())
         nexts = [next_tick(s, now) for s in scheds]
         rows = self.db.register_schedules(
-            [s.name for s in scheds], [s.stage for s in scheds], [s.spec() for s in scheds], nexts
+            RegisterSchedulesParams(
+                [s.name for s in scheds],
+                [s.stage for s in scheds],
+                [s.spec() for s in scheds],
+                nexts,
+            )
         )
         self.settled, self.next, self.blocked_until = {}, {}, {}
         for s, nxt in zip(scheds, nexts, strict=True):
@@ -198,7 +207,9 @@ class Scheduler:
         # wake fires it.
         following = next_tick(s, max([self.settled[s.name], *ticks]))
         rows = self.db.fire_schedule(
-            s.name, ticks, s.stage, s.payload_object(), s.priority, s.dedupe_key, following
+            FireScheduleParams(
+                s.name, ticks, s.stage, s.payload_object(), s.priority, s.dedupe_key, following
+            )
         )
         if ticks:
             self.settled[s.name] = max(self.settled[s.name], max(ticks))

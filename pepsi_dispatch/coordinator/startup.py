@@ -11,13 +11,13 @@ from pepsi_dispatch.config import Config, apply_overlay
 from pepsi_dispatch.contract import SCHEMA_FLOOR
 from pepsi_dispatch.coordinator.checks import overlay_program_problems
 from pepsi_dispatch.coordinator.database.link import error_line
-from pepsi_dispatch.coordinator.database.postgres import Database
+from pepsi_dispatch.coordinator.database.port import DispatchStore
 from pepsi_dispatch.errors import FatalError, UsageError
 
 log = logging.getLogger(__name__)
 
 
-def require_schema_floor(db: Database) -> None:
+def require_schema_floor(db: DispatchStore) -> None:
     """Refuse (exit 2) a database whose schema is older than this code's
     :data:`~pepsi_dispatch.contract.SCHEMA_FLOOR`: no code path serves an older one."""
     version = db.schema_version()
@@ -31,7 +31,7 @@ def require_schema_floor(db: Database) -> None:
         )
 
 
-def open_database(db: Database, config: Config) -> tuple[Config, int]:
+def open_database(db: DispatchStore, config: Config) -> tuple[Config, int]:
     """Connect, lock, LISTEN, read the overlay, register, reset orphans, register the stages.
 
     Returns the configuration with the database overlay applied and our
@@ -78,8 +78,7 @@ def open_database(db: Database, config: Config) -> tuple[Config, int]:
             " with PEPSI_DSN set to it"
         ) from None
     except pgerrors.InsufficientPrivilege as exc:
-        conn = db.work or db.listen
-        user = conn.info.user if conn is not None else "?"
+        user = db.role()
         raise UsageError(
             f"role {user} may not dispatch in database {db.dbname()!r}"
             f" ({exc.diag.message_primary or error_line(exc)}): GRANT pepsi_dispatcher TO {user}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.postgres import Requeue
+from pepsi_dispatch.coordinator.database.port import Requeue
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
 

@@ -18,12 +18,13 @@ import psycopg
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import AFTER_ERROR, PausedFlip
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, error_line
-from pepsi_dispatch.coordinator.database.postgres import (
+from pepsi_dispatch.coordinator.database.port import (
     CONNECTION_LOST,
-    ClaimArgs,
-    Database,
+    ClaimParams,
+    DispatchStore,
+    Failure,
     Requeue,
-    RequeueArgs,
+    RequeueParams,
     RoundTripResult,
 )
 
@@ -33,7 +34,9 @@ log = logging.getLogger(__name__)
 class Isolation:
     """Runs a failed round trip's parts one by one (see the module's text)."""
 
-    def __init__(self, db: Database, link: DatabaseLink, fence: Fence, flip: PausedFlip) -> None:
+    def __init__(
+        self, db: DispatchStore, link: DatabaseLink, fence: Fence, flip: PausedFlip
+    ) -> None:
         self.db = db
         self.link = link
         self.fence = fence
@@ -55,10 +58,10 @@ class Isolation:
         self,
         now: float,
         exc: psycopg.Error,
-        failures: list[tuple[int, str, str]],
+        failures: list[Failure],
         answered: list[int],
-        requeue: RequeueArgs | None,
-        claim: ClaimArgs | None,
+        requeue: RequeueParams | None,
+        claim: ClaimParams | None,
         claim_failed: list[str],
     ) -> RoundTripResult | None:
         """The round trip failed with the connections intact: run its parts one
@@ -82,7 +85,7 @@ class Isolation:
             return None
         return result
 
-    def _record_errors_alone(self, failures: list[tuple[int, str, str]]) -> None:
+    def _record_errors_alone(self, failures: list[Failure]) -> None:
         try:
             self.db.record_errors(self.fence.id, failures)
             return
@@ -130,9 +133,9 @@ class Isolation:
                 error_line(again),
             )
 
-    def _requeue_alone(self, now: float, requeue: RequeueArgs) -> Requeue | None:
+    def _requeue_alone(self, now: float, requeue: RequeueParams) -> Requeue | None:
         try:
-            return self.db.requeue_due(*requeue)
+            return self.db.requeue_due(requeue)
         except psycopg.Error as exc:
             if not self.poisoned(exc):
                 raise
@@ -145,12 +148,15 @@ class Isolation:
             return None
 
     def _claim_by_stage(
-        self, claim: ClaimArgs, claim_failed: list[str]
+        self, claim: ClaimParams, claim_failed: list[str]
     ) -> tuple[list[tuple[int, str]], list[int]]:
         """(id, stage) of the rows claimed, and the ids among them of priority not 0."""
-        stages, caps, after_ids = claim
+        stages, caps, after_ids, _ = claim
         try:
-            claimed, off_floor, _ = self.db.claim(self.fence.id, stages, caps, after_ids)
+            # (no lines when isolating: the ids are handed bare)
+            claimed, off_floor, _ = self.db.claim(
+                self.fence.id, ClaimParams(stages, caps, after_ids)
+            )
             return claimed, off_floor
         except psycopg.Error as exc:
             if not self.poisoned(exc):
@@ -160,7 +166,8 @@ class Isolation:
         for i, stage in enumerate(stages):
             after = None if after_ids is None else [after_ids[i]]
             try:
-                claimed, off, _ = self.db.claim(self.fence.id, [stage], [caps[i]], after)
+                one = ClaimParams([stage], [caps[i]], after)
+                claimed, off, _ = self.db.claim(self.fence.id, one)
                 out.extend(claimed)
                 off_floor.extend(off)
             except psycopg.Error as exc:

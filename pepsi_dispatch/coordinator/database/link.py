@@ -22,7 +22,7 @@ import psycopg
 
 from pepsi_dispatch.backoff import Backoff
 from pepsi_dispatch.contract import INF
-from pepsi_dispatch.coordinator.database.postgres import Database
+from pepsi_dispatch.coordinator.database.port import DispatchStore
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def error_line(exc: BaseException) -> str:
 class DatabaseLink:
     """The two connections' health, the reconnect schedule and the lock retake."""
 
-    def __init__(self, db: Database, sel: selectors.BaseSelector) -> None:
+    def __init__(self, db: DispatchStore, sel: selectors.BaseSelector) -> None:
         self.db = db
         #: called with the time when the LISTEN socket is readable (set by watch_listen).
         self.on_listen: Callable[[float], None] = lambda now: None

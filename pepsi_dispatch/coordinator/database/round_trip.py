@@ -27,10 +27,11 @@ from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
 from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink
-from pepsi_dispatch.coordinator.database.postgres import (
-    ClaimArgs,
-    Database,
-    RequeueArgs,
+from pepsi_dispatch.coordinator.database.port import (
+    ClaimParams,
+    DispatchStore,
+    RequeueParams,
+    RoundTripParams,
     RoundTripResult,
 )
 from pepsi_dispatch.coordinator.database.settle import count_retried
@@ -45,10 +46,8 @@ class Plan:
     """The database work of one wake; empty (false) when nothing is due."""
 
     owed: OwedWrites
-    requeue: RequeueArgs | None = None
-    claim: ClaimArgs | None = None
-    #: each claimed stage's longest worker line (aligned with the claim's stages)
-    line_limits: list[int] | None = None
+    requeue: RequeueParams | None = None
+    claim: ClaimParams | None = None
 
     def __bool__(self) -> bool:
         return bool(self.owed) or self.requeue is not None or self.claim is not None
@@ -89,7 +88,7 @@ class RoundTrip:
     def __init__(
         self,
         dispatch_config: DispatchConfig,
-        db: Database,
+        db: DispatchStore,
         link: DatabaseLink,
         ledger: Ledger,
         rooms: StageRoom,
@@ -136,8 +135,8 @@ class RoundTrip:
             if stages:
                 # A requeue in the same round trip may make low ids pending just before
                 # the claim: that claim goes unbounded (about once a second when busy).
-                plan.claim = (stages, caps, ledger.claim_bounds(stages, requeue is not None))
-                plan.line_limits = self.rooms.line_limits(stages)
+                bounds = ledger.claim_bounds(stages, requeue is not None)
+                plan.claim = ClaimParams(stages, caps, bounds, self.rooms.line_limits(stages))
         return plan
 
     def due(self, now: float, shutting_down: bool) -> bool:
@@ -156,10 +155,10 @@ class RoundTrip:
             return now
         return INF if stopping else self.flip.deadline()
 
-    def _requeue_args(self) -> RequeueArgs:
+    def _requeue_args(self) -> RequeueParams:
         # EXPIRY = 0 means "never expire" (NULL), not "expire everything at once".
         expiry = self.dispatch_config.expiry
-        return (expiry if expiry > 0 else None,)
+        return RequeueParams(expiry if expiry > 0 else None)
 
     # == sending =================================================================
     def run(self, now: float) -> RoundTripFacts:
@@ -182,12 +181,7 @@ class RoundTrip:
             ledger.released()
             t0 = self.clock()
             result = self.db.round_trip(
-                self.fence.id,
-                owed.failures,
-                owed.checks,
-                plan.requeue,
-                plan.claim,
-                plan.line_limits,
+                self.fence.id, RoundTripParams(owed.failures, owed.checks, plan.requeue, plan.claim)
             )
             self.stats.round_trip(self.clock() - t0, plan.claim is not None)
         except psycopg.Error as exc:

@@ -17,7 +17,11 @@ import psycopg
 
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.link import error_line
-from pepsi_dispatch.coordinator.database.postgres import Database, RoundTripResult
+from pepsi_dispatch.coordinator.database.port import (
+    DispatchStore,
+    RoundTripParams,
+    RoundTripResult,
+)
 from pepsi_dispatch.coordinator.ledger import Ledger
 from pepsi_dispatch.coordinator.stats import Stats
 
@@ -35,7 +39,7 @@ def count_retried(stats: Stats, result: RoundTripResult) -> bool:
 class Settlement:
     """Sends what is owed and releases what is held, outside the wake's round trip."""
 
-    def __init__(self, db: Database, fence: Fence, ledger: Ledger, stats: Stats) -> None:
+    def __init__(self, db: DispatchStore, fence: Fence, ledger: Ledger, stats: Stats) -> None:
         self.db = db
         self.fence = fence
         self.ledger = ledger
@@ -73,7 +77,8 @@ class Settlement:
         owed = self.ledger.owed()
         try:
             if owed.failures or owed.checks:
-                result = self.db.round_trip(self.fence.id, owed.failures, owed.checks, None, None)
+                writes = RoundTripParams(owed.failures, owed.checks)
+                result = self.db.round_trip(self.fence.id, writes)
                 count_retried(self.stats, result)
                 self.ledger.sent_writes()
             self._flush()
@@ -85,7 +90,8 @@ class Settlement:
         hold, flush, unregister. Returns the rows released; raises psycopg.Error."""
         ledger = self.ledger
         if ledger.failures or ledger.checks:
-            result = self.db.round_trip(self.fence.id, ledger.failures, ledger.checks, None, None)
+            writes = RoundTripParams(ledger.failures, ledger.checks)
+            result = self.db.round_trip(self.fence.id, writes)
             count_retried(self.stats, result)
             ledger.sent_writes()
         n = self.db.release(self.fence.id, None)

@@ -19,7 +19,7 @@ import psycopg
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, error_line
-from pepsi_dispatch.coordinator.database.postgres import Database
+from pepsi_dispatch.coordinator.database.port import DispatchStore
 from pepsi_dispatch.coordinator.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class StatsFlush:
 
     def __init__(
         self,
-        db: Database,
+        db: DispatchStore,
         link: DatabaseLink,
         stats: Stats,
         isolation: Isolation,

@@ -147,9 +147,9 @@ def test_reload_pending_does_not_spin_a_shutdown(tmp_path: Path) -> None:
 def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: str) -> None:
     from psycopg.conninfo import make_conninfo
 
-    from pepsi_dispatch.coordinator.database.postgres import Database
+    from pepsi_dispatch.coordinator.database.postgres import PostgresStore
 
-    db = Database(dsn, False)
+    db = PostgresStore(dsn, False)
     db.connect()
     try:
         for c in (db.listen, db.work):
@@ -159,7 +159,7 @@ def test_connections_get_connect_and_tcp_timeouts_unless_the_dsn_sets_them(dsn: 
             assert params["tcp_user_timeout"] == "60000"
     finally:
         db.close()
-    db = Database(make_conninfo(dsn, connect_timeout="3"), False)
+    db = PostgresStore(make_conninfo(dsn, connect_timeout="3"), False)
     db.connect()
     try:
         assert db.work is not None
@@ -846,7 +846,7 @@ def test_claim_floors_are_lowered_by_answers_and_cleared_by_requeues(tmp_path: P
     """Claim floors (docs/INTERNALS.md): an answered/failed/released id X may be
     pending again at any stage, so every floor drops below X; requeued rows clear all."""
     from pepsi_dispatch.config import load_config
-    from pepsi_dispatch.coordinator.database.postgres import Requeue
+    from pepsi_dispatch.coordinator.database.port import Requeue
     from pepsi_dispatch.coordinator.dispatcher import Dispatcher
     from pepsi_dispatch.coordinator.ledger import OwedWrites
 
@@ -931,9 +931,10 @@ def test_answer_checks_and_claim_in_one_statement(
     the row answered 0 but left running is failed and reported, the row the
     stage moved is untouched, and the claim takes the pending rows, lowest ids
     first, in the same round trip."""
-    from pepsi_dispatch.coordinator.database.postgres import Database
+    from pepsi_dispatch.coordinator.database.port import ClaimParams, RoundTripParams
+    from pepsi_dispatch.coordinator.database.postgres import PostgresStore
 
-    db = Database(dsn, competing)
+    db = PostgresStore(dsn, competing)
     db.connect()
     try:
         did = db.register()
@@ -950,7 +951,9 @@ def test_answer_checks_and_claim_in_one_statement(
             (did, [left, moved]),
         )
         assert conn.execute("SELECT pepsi.finish(%s, 'a', %s)", (moved, did)).fetchone()[0]
-        result = db.round_trip(did, [], [left, moved], None, (["a"], [2], None))
+        result = db.round_trip(
+            did, RoundTripParams([], [left, moved], None, ClaimParams(["a"], [2], None))
+        )
         assert result.left_running == [(left, "a")]
         assert result.claimed == [(ids[2], "a"), (ids[3], "a")]
         status = dict(

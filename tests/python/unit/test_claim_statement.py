@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pepsi_dispatch.coordinator.database.port import ClaimParams
 from pepsi_dispatch.coordinator.database.postgres import ClaimStatement
 
 
@@ -9,11 +10,11 @@ def test_the_claim_sends_each_stages_line_limit_as_given() -> None:
     """pepsi.claim_lines renders a row's line only where its stage's limit is
     above 0, so the limits go as they are (NULL: no lines at all)."""
     claim = ClaimStatement(competing=False)
-    *_, limits = claim.args(7, ["a", "b"], [4, 4], None, [0, 0])
+    stages, caps = ["a", "b"], [4, 4]
+    limits = claim.args(7, ClaimParams(stages, caps, None, [0, 0]))["line_limits"]
     assert limits == "{0,0}"  # an int[] literal
-    *_, limits = claim.args(7, ["a", "b"], [4, 4], None, None)
-    assert limits is None
-    *_, limits = claim.args(7, ["a", "b"], [4, 4], None, [0, 4096])
+    assert claim.args(7, ClaimParams(stages, caps, None, None))["line_limits"] is None
+    limits = claim.args(7, ClaimParams(stages, caps, None, [0, 4096]))["line_limits"]
     assert limits == "{0,4096}"
 
 
@@ -21,5 +22,5 @@ def test_the_claim_always_skips_locked_rows() -> None:
     """Another role's lock on a pending row (an operator's open cancel, an
     application's SELECT ... FOR UPDATE) must never stall the claim."""
     for competing in (False, True):
-        args = ClaimStatement(competing).args(7, ["a"], [4], [None], None)
-        assert args[3] is True
+        args = ClaimStatement(competing).args(7, ClaimParams(["a"], [4], [None]))
+        assert args["skip_locked"] is True

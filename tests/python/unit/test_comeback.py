@@ -6,25 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fake_store import FakeStore
 
 from pepsi_dispatch.coordinator.comeback import Comeback
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.ledger import Ledger
-
-
-class FakeDatabase:
-    def __init__(self, epoch: tuple[str, str] | None, competing: bool = False) -> None:
-        self.server_epoch = epoch
-        self.competing = competing
-        #: release(dispatcher_id, ids) calls
-        self.released: list[tuple[int, Any]] = []
-        self.release_fails = False
-
-    def release(self, dispatcher_id: int, ids: Any) -> int:
-        if self.release_fails:
-            raise RuntimeError("the database is away")
-        self.released.append((dispatcher_id, ids))
-        return 2
 
 
 class FakeSupervisor:
@@ -46,16 +32,18 @@ STARTED = ("2026-12-01 10:00:00+00", "2026-12-01 10:00:00+00")
 CRASHED = ("2026-12-01 10:00:00+00", "2026-12-01 11:00:00+00")
 
 
-def comeback(epoch: tuple[str, str] | None, ledger: Ledger | None = None) -> Comeback:
-    c = Comeback(FakeDatabase(epoch), FakeSupervisor(2, 5), ledger or Ledger(), lambda: False)  # type: ignore[arg-type]
+def comeback(db: FakeStore, ledger: Ledger | None = None) -> tuple[Comeback, FakeSupervisor]:
+    """A Comeback on ``db`` with two workers holding five ids, connected once."""
+    workers = FakeSupervisor(2, 5)
+    c = Comeback(db, workers, ledger or Ledger(), lambda: False)
     c.connected()
-    return c
+    return c, workers
 
 
 def test_the_same_server_keeps_the_workers() -> None:
-    c = comeback(STARTED)
+    c, workers = comeback(FakeStore(server_epoch=STARTED))
     assert c.check_server_restart() is False
-    assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
+    assert workers.dropped == 0
 
 
 def test_a_crash_restart_stops_the_workers_keeps_owed_failures_drops_answer_checks(caplog) -> None:
@@ -65,10 +53,11 @@ def test_a_crash_restart_stops_the_workers_keeps_owed_failures_drops_answer_chec
     ledger.failed(7, "failed", "worker exited with code 1")
     ledger.answered(8, "a")
     ledger.floors["a"] = 100
-    c = comeback(STARTED, ledger)
-    c.db.server_epoch = CRASHED  # type: ignore[misc]
+    db = FakeStore(server_epoch=STARTED)
+    c, workers = comeback(db, ledger)
+    db.server_epoch = CRASHED
     assert c.check_server_restart() is True
-    assert c.supervisor.dropped == 1  # type: ignore[attr-defined]
+    assert workers.dropped == 1
     assert ledger.holding() == 0 and not ledger.holder_of
     assert ledger.failures == [(7, "failed", "worker exited with code 1")]
     assert ledger.checks == [] and 8 not in ledger.check_stage  # its commit may be lost too
@@ -76,46 +65,47 @@ def test_a_crash_restart_stops_the_workers_keeps_owed_failures_drops_answer_chec
     assert "database server restarted" in caplog.text and "2 worker(s)" in caplog.text
     # the new epoch is remembered: the next reconnect to it keeps the workers
     assert c.check_server_restart() is False
-    assert c.supervisor.dropped == 1  # type: ignore[attr-defined]
+    assert workers.dropped == 1
 
 
 def test_an_unknown_epoch_changes_nothing() -> None:
-    c = comeback(None)
-    c.db.server_epoch = STARTED  # type: ignore[misc]
+    db = FakeStore(server_epoch=None)
+    c, workers = comeback(db)
+    db.server_epoch = STARTED
     assert c.check_server_restart() is False  # first sight: nothing to compare with
-    c.db.server_epoch = None  # type: ignore[misc]
+    db.server_epoch = None
     assert c.check_server_restart() is False
-    assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
+    assert workers.dropped == 0
 
 
 def test_declared_dead_drops_everything_owed_too() -> None:
     ledger = Ledger()
     ledger.hand([1], object())
     ledger.failed(7, "failed", "x")
-    c = Comeback(FakeDatabase(STARTED), FakeSupervisor(1, 1), ledger, lambda: True)  # type: ignore[arg-type]
+    c = Comeback(FakeStore(server_epoch=STARTED), FakeSupervisor(1, 1), ledger, lambda: True)
     c.check_registration()
     assert not ledger.holder_of and ledger.failures == []
 
 
 def test_declared_dead_releases_rows_left_under_our_id_before_registering_again() -> None:
     """Rows a replica skipped while our workers had them pinned are ours to give back."""
-    db = FakeDatabase(STARTED, competing=True)
-    c = Comeback(db, FakeSupervisor(1, 1), Ledger(), lambda: True, Fence(7))  # type: ignore[arg-type]
+    db = FakeStore(server_epoch=STARTED, competing=True)
+    c = Comeback(db, FakeSupervisor(1, 1), Ledger(), lambda: True, Fence(7))
     c.check_registration()
     assert db.released == [(7, None)]
 
 
 def test_declared_dead_release_that_fails_raises_so_the_check_runs_again() -> None:
-    db = FakeDatabase(STARTED, competing=True)
-    db.release_fails = True
-    c = Comeback(db, FakeSupervisor(1, 1), Ledger(), lambda: True, Fence(7))  # type: ignore[arg-type]
+    db = FakeStore(server_epoch=STARTED, competing=True)
+    db.fail["release"] = RuntimeError("the database is away")
+    c = Comeback(db, FakeSupervisor(1, 1), Ledger(), lambda: True, Fence(7))
     with pytest.raises(RuntimeError):
         c.check_registration()
 
 
 def test_competing_replicas_keep_their_workers_their_claims_were_flushed() -> None:
-    c = comeback(STARTED)
-    c.db.competing = True  # type: ignore[attr-defined]
-    c.db.server_epoch = CRASHED  # type: ignore[misc]
+    db = FakeStore(server_epoch=STARTED, competing=True)
+    c, workers = comeback(db)
+    db.server_epoch = CRASHED
     assert c.check_server_restart() is False
-    assert c.supervisor.dropped == 0  # type: ignore[attr-defined]
+    assert workers.dropped == 0

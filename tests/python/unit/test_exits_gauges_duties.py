@@ -13,7 +13,7 @@ from typing import Any
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
 from pepsi_dispatch.coordinator.database.flip import AFTER_ANSWERS, PausedFlip
-from pepsi_dispatch.coordinator.database.postgres import Requeue
+from pepsi_dispatch.coordinator.database.port import Requeue
 from pepsi_dispatch.coordinator.duties import Every, earliest
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
 from pepsi_dispatch.coordinator.ledger import Ledger

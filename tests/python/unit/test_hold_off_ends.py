@@ -1,7 +1,7 @@
 """A stage's hold-off ends at once on a resume ("try now") and on any reload.
 
-The dispatcher's loop driven by a fake clock and a stand-in for its database
-calls: no database, no workers. A stage whose workers kept dying is held off
+The dispatcher's loop driven by a fake clock and the typed fake of its
+database port: no database, no workers. A stage whose workers kept dying is held off
 (its spawn cooldown doubles up to 60 s); the NOTIFY that ``pepsi.pause_stage``
 sends on a resume ends that stage's hold-off, and a reload (SIGHUP, or an
 overlay change) ends every stage's.
@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fake_store import FakeStore
 from test_loop_planning import FakeClock, dispatcher
 
 from pepsi_dispatch.coordinator.database.postgres import _notification
@@ -30,11 +31,10 @@ def _held(tmp_path: Path, clock: FakeClock, notes: list[str]) -> Dispatcher:
     """A dispatcher with stages a and b, both held off for 8 s (four failures)."""
     from pepsi_dispatch.coordinator.dispatcher import ReloadCause  # late: see dispatcher()
 
-    d = dispatcher(tmp_path, clock)
+    store = FakeStore()
+    store.notes = notes
+    d = dispatcher(tmp_path, clock, store)
     (tmp_path / "pepsi.conf").write_text(CONF_TWO_STAGES)
-    d.db.notifications = lambda: notes  # type: ignore[method-assign]
-    d.db.overlay = lambda: []  # type: ignore[method-assign]
-    d.db.register_stages = lambda *args: None  # type: ignore[method-assign]
     d._reload(clock(), cause=ReloadCause.SIGHUP)  # now with stages a and b
     for stage in ("a", "b"):
         for _ in range(4):  # 1, 2, 4 s gone by; the fourth cooldown is 8 s

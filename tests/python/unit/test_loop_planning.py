@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
+from fake_store import FakeStore
 
 from pepsi_dispatch.config import load_config
 from pepsi_dispatch.coordinator.database.link import LinkState
+from pepsi_dispatch.coordinator.database.port import ClaimParams
 
 if TYPE_CHECKING:
     from pepsi_dispatch.coordinator.dispatcher import Dispatcher
@@ -30,17 +32,7 @@ class FakeClock:
         self.now += seconds
 
 
-class Healthy:
-    """The two connections as DatabaseLink sees them: both fine."""
-
-    def listen_dead(self) -> bool:
-        return False
-
-    def work_dead(self) -> bool:
-        return False
-
-
-def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatcher:
+def dispatcher(tmp_path: Path, clock: FakeClock, db: FakeStore | None = None) -> Dispatcher:
     # Imported here, not at the top: test_cli replaces pepsi_dispatch.coordinator.dispatcher in
     # sys.modules, which an earlier import of the real module would defeat.
     from pepsi_dispatch.coordinator.dispatcher import Dispatcher
@@ -50,7 +42,7 @@ def dispatcher(tmp_path: Path, clock: FakeClock, db: object = None) -> Dispatche
         "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
         "[stage-a]\nPROGRAM = /bin/true\nPARALLELISM = 2\nQUEUE_LIMIT = 3\n"
     )
-    d = Dispatcher(load_config(str(conf)), clock=clock, db=db)  # type: ignore[arg-type]
+    d = Dispatcher(load_config(str(conf)), clock=clock, db=db or FakeStore())
     d.link.up(0)  # as after start(), without a database
     d.supervisor.build(d.config)  # pools, no processes yet
     d.supervisor.probes_pending = False  # nor a template probe (a process)
@@ -67,7 +59,7 @@ def test_invariant_9_timeout_is_zero_exactly_when_a_claim_is_planned(tmp_path: P
     clock = FakeClock()
     d = dispatcher(tmp_path, clock)
     plan = d.round_trip.plan(clock(), shutting_down=False)
-    assert plan and plan.claim == (["a"], [6], None) and plan.requeue is None
+    assert plan and plan.claim == ClaimParams(["a"], [6], None, [0]) and plan.requeue is None
     assert d.next_timeout(clock()) == 0.0
     d.ledger.claimed_pass()
     assert not d.round_trip.plan(clock(), shutting_down=False)
@@ -86,7 +78,7 @@ def test_invariant_9_a_due_requeue_is_planned_with_an_unbounded_claim(tmp_path: 
     assert abs(d.next_timeout(clock()) - 0.5) < 1e-9
     clock.advance(0.5)
     plan = d.round_trip.plan(clock(), shutting_down=False)
-    assert plan.requeue is not None and plan.claim == (["a"], [6], None)
+    assert plan.requeue is not None and plan.claim == ClaimParams(["a"], [6], None, [0])
     assert d.next_timeout(clock()) == 0.0
 
 
@@ -118,7 +110,7 @@ def test_invariant_7_a_query_error_holds_all_database_work(tmp_path: Path) -> No
     HOLDS (lock kept): nothing is planned until the hold is over, and the
     timeout is the hold's end, not 0."""
     clock = FakeClock()
-    d = dispatcher(tmp_path, clock, Healthy())
+    d = dispatcher(tmp_path, clock, FakeStore())  # both connections up
     d.link.lost(clock(), psycopg.errors.DivisionByZero("division by zero"))
     assert d.link.state is LinkState.HOLDING and d.link.connected
     assert not d.round_trip.plan(clock(), shutting_down=False)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fake_store import FakeStore
 
 from pepsi_dispatch.config import ConfigError, ScheduleConfig, load_config
 from pepsi_dispatch.config.schedule import latest_tick, missed_ticks, next_tick, ticks_between
@@ -57,24 +58,6 @@ def test_catch_up_owes_the_missed_ticks_that_young() -> None:
     ]
 
 
-class FakeDatabase:
-    """The scheduler's side of the database port: the registry says ``settled``;
-    every fire_schedule call's ticks are recorded (each one enqueued)."""
-
-    def __init__(self, settled: datetime) -> None:
-        self.settled = settled
-        self.fired: list[list[datetime]] = []
-
-    def register_schedules(
-        self, names: list[str], stages: list[str], specs: list[str], nexts: list[datetime]
-    ) -> dict[str, datetime | None]:
-        return {name: self.settled for name in names}
-
-    def fire_schedule(self, name: str, ticks: list[datetime], *_rest: object) -> list[tuple]:
-        self.fired.append(list(ticks))
-        return [(t, i, True) for i, t in enumerate(ticks)]
-
-
 # CATCH_UP 5 s at 12:00:31.2: the ticks of 12:00:27 to :31, none older than 5 s.
 @pytest.mark.parametrize(("catch_up", "fired"), [(0, 1), (5, 5)])
 def test_catch_up_bounds_a_gap_while_the_dispatcher_runs(catch_up: float, fired: int) -> None:
@@ -82,14 +65,17 @@ def test_catch_up_bounds_a_gap_while_the_dispatcher_runs(catch_up: float, fired:
     step) fires at most CATCH_UP's worth of the missed ticks, besides the
     current one -- as after a stop -- not all 30 of them at once."""
     clock = [NOON + timedelta(milliseconds=500)]
-    work = FakeDatabase(settled=NOON)
-    sched = Scheduler({"e": every(1, catch_up)}, work, wall=lambda: clock[0])  # type: ignore[arg-type]
+    work = FakeStore()
+    work.settled = NOON  # the registry says so; every tick fired is enqueued
+    sched = Scheduler({"e": every(1, catch_up)}, work, wall=lambda: clock[0])
     assert sched.fire_due(0.0) == 0  # registered; nothing missed yet
     clock[0] = NOON + timedelta(seconds=1, milliseconds=100)
-    assert sched.fire_due(1.0) == 1 and work.fired[-1] == [NOON + timedelta(seconds=1)]
+    assert sched.fire_due(1.0) == 1 and work.fired[-1].ticks == [NOON + timedelta(seconds=1)]
     clock[0] = NOON + timedelta(seconds=31, milliseconds=200)  # thawed
     assert sched.fire_due(31.0) == fired
-    assert work.fired[-1] == [NOON + timedelta(seconds=31 - k) for k in reversed(range(fired))]
+    assert work.fired[-1].ticks == [
+        NOON + timedelta(seconds=31 - k) for k in reversed(range(fired))
+    ]
     clock[0] = NOON + timedelta(seconds=32, milliseconds=50)
     assert sched.fire_due(32.0) == 1, "then every tick again"
 

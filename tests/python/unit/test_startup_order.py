@@ -10,9 +10,9 @@ exactly that window, because registering came before the LISTEN.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
+from fake_store import FakeStore
 
 from pepsi_dispatch.config import load_config
 from pepsi_dispatch.contract import SCHEMA_FLOOR
@@ -20,34 +20,16 @@ from pepsi_dispatch.coordinator.startup import open_database
 from pepsi_dispatch.errors import UsageError
 
 
-class RecordingDatabase:
-    """Stands in for :class:`~pepsi_dispatch.coordinator.database.postgres.Database`;
-    records the calls in order."""
-
-    def __init__(self, lock: bool = True) -> None:
-        self.calls: list[str] = []
-        self.lock = lock
-
-    def __getattr__(self, name: str) -> Any:
-        results: dict[str, Any] = {
-            "try_lock": self.lock,
-            "lock_holders": "dispatcher 1",
-            "overlay": [],
-            "register": 7,
-            "reset_orphans": 0,
-            "schema_version": SCHEMA_FLOOR,
-        }
-
-        def call(*_args: object) -> Any:
-            self.calls.append(name)
-            return results.get(name)
-
-        return call
+def recording(lock: bool = True) -> FakeStore:
+    """The fake store, its schema at the floor; ``calls`` records the order."""
+    db = FakeStore(schema_version=SCHEMA_FLOOR)
+    db.lock = lock
+    return db
 
 
 def test_listen_precedes_the_overlay_read_and_the_registration() -> None:
-    db = RecordingDatabase()
-    config, dispatcher_id = open_database(db, load_config())  # type: ignore[arg-type]
+    db = recording()
+    config, dispatcher_id = open_database(db, load_config())
     assert dispatcher_id == 7
     calls = db.calls
     assert calls.index("start_listening") < calls.index("overlay"), calls
@@ -57,30 +39,25 @@ def test_listen_precedes_the_overlay_read_and_the_registration() -> None:
 
 
 def test_a_refused_dispatcher_never_listens() -> None:
-    db = RecordingDatabase(lock=False)
+    db = recording(lock=False)
     with pytest.raises(UsageError, match="another dispatcher already serves"):
-        open_database(db, load_config())  # type: ignore[arg-type]
+        open_database(db, load_config())
     assert "start_listening" not in db.calls
 
 
-class OverlayDatabase(RecordingDatabase):
+def with_overlay(program: str) -> FakeStore:
     """A database whose overlay sets a stage's PROGRAM."""
-
-    def __init__(self, program: str) -> None:
-        super().__init__()
-        self.rows = [("stage-b", "PROGRAM", program)]
-
-    def overlay(self) -> list[tuple[str, str, str]]:
-        self.calls.append("overlay")
-        return self.rows
+    db = recording()
+    db.overlay_rows = [("stage-b", "PROGRAM", program)]
+    return db
 
 
 def test_a_program_only_the_overlay_sets_is_checked_at_start(tmp_path, caplog) -> None:
     """It does not stop the start (the stage is held off, the others run), but
     the log names it and the row to fix."""
-    db = OverlayDatabase(str(tmp_path / "no-such-program"))
+    db = with_overlay(str(tmp_path / "no-such-program"))
     with caplog.at_level(logging.WARNING, logger="pepsi_dispatch.coordinator.startup"):
-        config, _ = open_database(db, load_config())  # type: ignore[arg-type]
+        config, _ = open_database(db, load_config())
     assert "b" in config.stages and "register" in db.calls
     (record,) = [r for r in caplog.records if "no-such-program" in r.getMessage()]
     message = record.getMessage()
@@ -93,14 +70,14 @@ def test_a_runnable_overlay_program_starts(tmp_path) -> None:
     program = tmp_path / "stage-b"
     program.write_text("#!/bin/sh\nexit 0\n")
     program.chmod(0o755)
-    db = OverlayDatabase(str(program))
-    config, _ = open_database(db, load_config())  # type: ignore[arg-type]
+    db = with_overlay(str(program))
+    config, _ = open_database(db, load_config())
     assert config.stages["b"].program == str(program)
 
 
 def test_a_schema_below_the_floor_is_refused_before_listening() -> None:
-    db = RecordingDatabase()
-    db.schema_version = lambda: "0001"  # type: ignore[method-assign]
+    db = recording()
+    db.version = "0001"
     with pytest.raises(UsageError, match=f"needs {SCHEMA_FLOOR} or later"):
-        open_database(db, load_config())  # type: ignore[arg-type]
+        open_database(db, load_config())
     assert "start_listening" not in db.calls and "register" not in db.calls

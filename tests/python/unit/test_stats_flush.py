@@ -1,5 +1,5 @@
-"""Unit test of the stats flush (invariant 10 of docs/INTERNALS.md): no database, a stub
-in its place, so the test needs no PostgreSQL."""
+"""Unit test of the stats flush (invariant 10 of docs/INTERNALS.md): no database, the
+typed fake store in its place, so the test needs no PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,38 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from fake_store import FakeStore
 
 
-class StubDatabase:
-    """Stands in for coordinator.database.postgres.Database: flush_stats fails or records."""
-
-    def __init__(self) -> None:
-        self.fail: BaseException | None = None
-        self.flushed: list[dict] = []
-        self.gauges: list[tuple[int, dict] | None] = []
-
-    def flush_stats(self, args: dict, gauges: tuple[int, dict] | None = None) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.flushed.append(args)
-        self.gauges.append(gauges)
-
-    # What DatabaseLink.lost asks of a database whose connection went away.
-    def work_dead(self) -> bool:
-        return True
-
-    def listen_dead(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-    def close_work(self) -> None:
-        pass
-
-
-def dispatcher(tmp_path: Path, db: StubDatabase) -> Any:
-    """A one-stage Dispatcher on the stub, its link up."""
+def dispatcher(tmp_path: Path, db: FakeStore) -> Any:
+    """A one-stage Dispatcher on the fake store, its link up."""
     from pepsi_dispatch.config import load_config
     from pepsi_dispatch.coordinator.dispatcher import Dispatcher
 
@@ -47,7 +20,7 @@ def dispatcher(tmp_path: Path, db: StubDatabase) -> Any:
         "[pepsi-dispatch]\nSERVICE_USER = root\n[database]\nDSN = postgresql:///none\n"
         "[stage-a]\nPROGRAM = /bin/true\n"
     )
-    d = Dispatcher(load_config(str(conf)), db=db)  # type: ignore[arg-type]
+    d = Dispatcher(load_config(str(conf)), db=db)
     d.link.up(0)
     return d
 
@@ -55,14 +28,16 @@ def dispatcher(tmp_path: Path, db: StubDatabase) -> Any:
 def test_invariant_10_stats_are_cleared_only_after_a_flush_succeeds(tmp_path: Path) -> None:
     """Invariant 10: a flush that fails because the database went away keeps
     the deltas for the next flush; a flush that succeeds clears them."""
-    db = StubDatabase()
+    db = FakeStore()
     d = dispatcher(tmp_path, db)
     d.stats.succeeded("a", 0.5)
-    db.fail = psycopg.OperationalError("connection lost")
+    db.fail["flush_stats"] = psycopg.OperationalError("connection lost")
+    db.connections_up = False
     d.stats_flush.run(d.stats_flush.last + 1000.0, force=True)
     assert d.stats.pending(), "a failed flush must keep its deltas"
     assert not d.link.connected  # the loop reconnects; the deltas wait for it
-    db.fail = None
+    del db.fail["flush_stats"]
+    db.connections_up = True
     d.link.up(0)
     d.stats_flush.run(d.stats_flush.last + 2000.0, force=True)
     assert len(db.flushed) == 1 and db.flushed[0]["stages"] == ["a"]
@@ -73,7 +48,7 @@ def test_a_flush_writes_the_gauges_without_the_deltas_it_flushes(tmp_path: Path)
     """Readers add the gauges' unflushed deltas to stage_stats: the flush writes
     both in one statement, the gauges with nothing left unflushed, so a live
     counter never counts a delta twice."""
-    db = StubDatabase()
+    db = FakeStore()
     d = dispatcher(tmp_path, db)
     d.stats.succeeded("a", 0.5)
     d.stats.succeeded("a", 0.25)
