@@ -4,16 +4,27 @@ Delayed messages, object-only payloads, cancel, automatic retries, the stage
 registry and the functions behind pepsi-queue show/status/failed:
 
 - schema: pepsi.stages, the stage registry (migrations/sql/schema/stages.v1.sql);
-- pause v3: refuses a non-finite `until` (22008);
+- pause v3: refuses a non-finite `until` (22008): a pause that never ends is
+  a failure in disguise (the stage should fail the message, or pause it for
+  a long, finite time);
 - requeue_due v3: rows paused until 'infinity' are never due and never make
-  next_due infinite; delayed rows flip without a retry;
+  next_due infinite (`timeout < 'infinity'` keeps the ordered scan of
+  workqueue_paused_idx); before, `next_due - statement_timestamp()` raised
+  "cannot subtract infinite timestamps" in the pipeline that also claims,
+  so no stage was served; delayed rows flip without a retry and never
+  expire (EXPIRY bounds how long a message is retried, not how far ahead it
+  is scheduled), their mark removed in the same UPDATE;
 - enqueue v2 / enqueue_many v2: `not_before` (delayed messages, marked by
   state->>'delayed_until'), payloads must be JSON objects (helper
   _check_payload v1);
-- requeue_failed v2: notifies 'workqueue';
-- record_dispatch_error v3: automatic retries from the registry's retry_delay;
-  returns the changed rows instead of a count;
-- purge v2: dry_run;
+- requeue_failed v2: notifies 'workqueue' (v1 did not: only INSERT does, so
+  requeued rows waited up to POLL_INTERVAL for a claim, 15 s measured);
+- record_dispatch_error v3: automatic retries from the registry's retry_delay,
+  read in the same statement as the write (the dispatcher passes only what
+  happened); returns the changed rows instead of a count, so the dispatcher
+  tells a retried failure (not counted as failed) from a final one;
+- purge v2: dry_run (pepsi-queue purge --dry-run, and a confirmation showing
+  the count); the 3-argument v1 is dropped, 3-argument calls resolve to v2;
 - new: cancel, register_stages, registered_stages, message_story,
   failed_reasons, queue_overview, queue_dispatchers.
 

@@ -9,7 +9,8 @@
   UPDATE (the copies had drifted: v1 kept 'delayed_until' and did not record
   'cancelled_status').
 * dashboard_requeue v2: no NOTIFY of its own; requeue_failed v2 (0009)
-  notifies.
+  notifies.  (PostgreSQL folded the identical second notification into the
+  first, so nothing changes on the wire: the rule lives in one place.)
 Both dashboard functions keep their signatures, so CREATE OR REPLACE keeps
 their grants (pepsi_dashboard only).
 

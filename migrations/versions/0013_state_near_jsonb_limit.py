@@ -10,6 +10,7 @@ stayed 'running' (or, for requeue_due, no due row moved again):
   candidate row's new state is built in a block of its own, and the UPDATE
   runs again with the state of the rows that failed left as it is (status,
   timeout and dispatcher_id still change; a WARNING names each such row).
+  Still one statement: one subtransaction per call, none per row.
 
 Same signatures and result types: CREATE OR REPLACE keeps the grants.
 Downgrade installs record_dispatch_error v3, check_answered v2 and

@@ -10,11 +10,18 @@ tasks; PgQueuer's priority, dedupe_key, schedules):
   (stage, priority DESC, workqueue_id) WHERE pending; a unique partial index
   on dedupe_key over pending, running and paused rows; table schedule_ticks.
 - claim v5: highest priority first, by three band range scans so the claim
-  floor still starts the priority-0 scan; its result gains `priority`
-  (signature changes: v4 dropped, grants again).
+  floor still starts the priority-0 scan (one range scan ordered by
+  priority could not start at a floor, an id: the index's third column);
+  with every priority 0 the plan is v4's plus an empty descent into the
+  positive band. Its result gains `priority` (signature changes: v4
+  dropped, grants again).
 - enqueue v3 / enqueue_many v3: priority and dedupe_key(s), named; the
-  3-argument v2 of each is dropped (2- and 3-argument calls resolve to v3).
-- requeue_failed v3: never requeues a key a live message holds.
+  3-argument v2 of each is dropped (2- and 3-argument calls resolve to v3;
+  both together would make them ambiguous). Without a key the INSERT has no
+  ON CONFLICT clause, so keyless producers pay nothing.
+- requeue_failed v3: never requeues a key a live message holds (v2 would
+  have raised a unique violation on workqueue_dedupe_idx and failed the
+  whole requeue).
 - new: reschedule, dashboard_reschedule, register_schedules, fire_schedule,
   schedules, dashboard_schedules.
 - grants.v6.sql: the complete set with the new signatures.

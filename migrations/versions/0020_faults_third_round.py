@@ -4,13 +4,15 @@
   (_reserved_state_keys v1: dispatch_error, delayed_until, retry_error,
   previous_error, cancelled_status, scheduled_for). v2 refused only dispatch_error, so a
   stage could write delayed_until, pause, and have requeue_due flip its
-  message back without counting a retry and never expire it. Running rows
+  message back without counting a retry and never expire it (seen: 25 runs
+  in 25 s with MAX_RETRIES 2). Running rows
   that already carry the forged mark lose it (migrations/sql/schema/reserved_state.v1).
 * dashboard_pause_stage v2 pauses only stages of the stage registry: a
   PAUSED row for an unknown stage made the graph stop parsing, the
   dispatcher exit 1, and every restart exit 2.
 * dashboard_snapshot v5 returns only the overlay options the dashboard shows
-  (never WORKER_DSN, DSN or a value carrying a credential) and lists only
+  (never WORKER_DSN, DSN or a value carrying a credential: with a stage's
+  WORKER_DSN a pepsi_dashboard login could act as pepsi_stage) and lists only
   dispatchers whose session is there.
 * Liveness by session: register_dispatcher v2 and heartbeat v4 take a
   per-dispatcher session-level advisory lock (_dispatcher_hold v1);

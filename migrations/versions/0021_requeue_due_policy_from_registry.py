@@ -4,7 +4,7 @@
   MAX_RETRIES (pepsi.stages) when no policy is passed, else the given arrays.
 * requeue_due v5: with stages NULL the cap comes from pepsi.stages, the same
   source record_dispatch_error reads, so the dispatcher passes no policy.
-  Given arrays keep their meaning. Same signature and result (CREATE OR
+  Given arrays keep their meaning (pgTAP and DBAs call it so). Same signature and result (CREATE OR
   REPLACE keeps the grants); the grants file at head is run again so the new
   helper is granted to no role.
 

@@ -9,7 +9,9 @@ plan their body at every call. Their plans do not depend on the arrays, so:
 * claim v6, check_answered v4, get_messages v2: as before, plus
   plan_cache_mode = force_generic_plan;
 * finish_many v2, advance_many v2: the same statement in PL/pgSQL, with the
-  same setting.
+  same setting (a LANGUAGE sql function that is not inlined -- SECURITY
+  DEFINER and SET never are -- parses and plans its body at every call in
+  PostgreSQL 15); advance_many checks the stage name first.
 
 Same signatures and results (CREATE OR REPLACE keeps the grants).
 
