@@ -12,10 +12,6 @@
 --   pepsi._list_messages_where's, the bulk actions' filter too.
 --   Reads: nothing.
 --   Callers: granted to nobody (pepsi.list_messages runs what it returns).
---
--- Why v4 (migration 0033): the filter moved into pepsi._list_messages_where, so that
---   requeue_matching and cancel_matching select with the list's own
---   conditions instead of a copy of them.  The statement is the same text.
 CREATE OR REPLACE FUNCTION pepsi._list_messages_sql(statuses text[], in_stage text,
                                                     older_than interval,
                                                     payload_contains jsonb,

@@ -15,35 +15,6 @@
 --   of workqueue_pkey visiting `= ANY(ids)` in ascending id order).
 --   Callers: pepsi_stage (SECURITY DEFINER), batch workers and the SDK's
 --   group commit (advances of one stage to one stage).
---
--- Why v1 (migration 0015): a batch worker at a middle stage advancing its ids
---   with pepsi.advance over unnest(ids) paid one PL/pgSQL call and one
---   separately executed UPDATE per id (78 µs per row for that UPDATE in
---   pg_stat_statements); finish_many (0011) made the last stage set-based,
---   this does the same for the others.  Same predicate as advance v2:
---   `(status = 'running') IS TRUE` proves nothing about
---   workqueue_running_idx, so the rows are found by workqueue_pkey
---   (`= ANY(ids)`).
---
--- Why v2 (migration 0023): the plan.  A LANGUAGE sql function that is not
---   inlined (SECURITY DEFINER and SET are never inlined) parses and plans
---   its body again on every call, in PostgreSQL 15 (perf showed it in a
---   one-stage SDK drain at PARALLELISM 4 x QUEUE_LIMIT 4).  v2 is the same statement (the stage name checked first) in
---   PL/pgSQL, whose plan is cached for the session, and generic
---   (plan_cache_mode = force_generic_plan: the plan, workqueue_pkey for
---   `= ANY(ids)`, is the same for any array; left to choose, the plan cache
---   kept planning again for each call's array).  Same signature and result.
---
--- Why v3 (migration 0024): plans that hold however the table grows.  With
---   force_generic_plan the plan is made once per session, at the first call,
---   from the statistics of that moment.  A dispatcher or worker that starts
---   on an empty queue (the usual start) made it for an empty table: a
---   sequential scan, kept for the session's life while the table grew, until
---   an ANALYZE invalidated it (never, where autovacuum is off).  Measured: 850
---   instead of ~150 us of PostgreSQL CPU per message at the shipped stage
---   defaults.  The function now also sets enable_seqscan, enable_hashjoin and
---   enable_mergejoin off, so its plan is index scans and nested loops (the
---   plan v2 gets from fresh statistics) whatever the statistics say.
 CREATE OR REPLACE FUNCTION pepsi.advance_many(ids bigint[], from_stage text, to_stage text,
                                               dispatcher_id bigint DEFAULT NULL)
 RETURNS SETOF bigint

@@ -11,10 +11,6 @@
 --   claim commits, and then skipped).
 --   Callers: pepsi_dashboard (SECURITY DEFINER: it runs pepsi.cancel as the
 --   owner; pepsi_dashboard is not granted pepsi.cancel itself).
---
--- Why v2 (migration 0012): v1 repeated pepsi.cancel's UPDATE, and the copies
---   had already drifted (v1 kept 'delayed_until' and did not record
---   'cancelled_status').  Now there is one implementation of the rule.
 CREATE OR REPLACE FUNCTION pepsi.dashboard_cancel(ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER

@@ -9,11 +9,6 @@
 --   Locks: the rows requeued.
 --   Callers: pepsi_dashboard (SECURITY DEFINER: it runs requeue_failed as
 --   the owner; pepsi_dashboard is not granted requeue_failed itself).
---
--- Why v2 (migration 0012): v1 sent its own NOTIFY after requeue_failed,
---   which has notified by itself since v2 (migration 0009).  PostgreSQL folds
---   the identical second notification into the first, so nothing changes on
---   the wire; the rule "requeue notifies" now lives in one place.
 CREATE OR REPLACE FUNCTION pepsi.dashboard_requeue(ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER

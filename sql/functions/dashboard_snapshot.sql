@@ -57,23 +57,6 @@
 --   Reads: workqueue (one full scan, like queue_counts), stage_stats,
 --   dispatch_stats, dispatchers, stages, config, pg_locks.  Locks: none.
 --   Callers: pepsi_dashboard (SECURITY DEFINER).
---
--- Why v2 (migration 0014): v1's live_within fallback was dead (greatest()
---   ignores NULL).
--- Why v3 (migration 0016): dispatcher_session, so /healthz answers 503 at
---   once when the dispatcher is killed.
--- Why v4: series vanished at zero (a drained stage had no queue depth or
---   age at all, so rate() and alerts broke); pepsi-httpd needed the
---   dispatcher's configuration file (with the workers' passwords) to draw the
---   graph; a stage held off (PROGRAM gone) was visible only in the log; and
---   failure groups split on every number in a reason.  Same signature and
---   result type.
--- Why v5: (a) the overlay went out as it is, a per-stage WORKER_DSN with its
---   password included, so a pepsi_dashboard login could act as pepsi_stage;
---   (b) a dispatcher killed with SIGKILL was exported (pepsi_dispatchers,
---   its busy workers and in-flight ids) and listed as "stale" for minutes
---   and restarts; only dispatchers whose session is there are listed now.
---   Same signature and result type.
 CREATE OR REPLACE FUNCTION pepsi.dashboard_snapshot(live_within interval DEFAULT '5 minutes')
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER

@@ -37,11 +37,6 @@
 --   the dispatcher's schedules enqueue through fire_schedule).
 --   The stage is not checked against the stage registry (pepsi.stages): a
 --   producer may run before the first dispatcher; pepsi-queue enqueue checks.
---
--- Why v3 (migration 0019): priority and dedupe_key.  The 3-argument v2 is
---   dropped: calls with 2 or 3 positional arguments resolve to v3 through
---   the defaults (both together would make them ambiguous).  Without a key
---   the INSERT has no ON CONFLICT clause, so keyless producers pay nothing.
 CREATE OR REPLACE FUNCTION pepsi.enqueue(stage text, payload jsonb DEFAULT '{}',
                                          not_before timestamptz DEFAULT NULL,
                                          priority integer DEFAULT 0,

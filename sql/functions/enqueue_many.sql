@@ -24,9 +24,6 @@
 --   as enqueue).  Locks: none beyond the insert and the keys' index entries.
 --   Callers: pepsi_ingress, pepsi_stage, pepsi_operator (SECURITY DEFINER; pepsi-queue
 --   enqueue).
---
--- Why v3 (migration 0019): priority and dedupe_keys, as enqueue v3.  The
---   3-argument v2 is dropped (calls with 2 or 3 arguments resolve to v3).
 CREATE OR REPLACE FUNCTION pepsi.enqueue_many(stage text, payloads jsonb[],
                                               not_before timestamptz DEFAULT NULL,
                                               priority integer DEFAULT 0,

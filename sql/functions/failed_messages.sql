@@ -10,9 +10,6 @@
 --   reason), else the status; reason is its group (pepsi._normalise_reason).
 --   Reads: pepsi.workqueue (workqueue_failed_idx).  Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator, pepsi_dashboard (SECURITY DEFINER).
---
--- Why v2 (migration 0018): failures are grouped by normalised reason; a
---   group's members, with their raw reasons, are one call away.
 CREATE OR REPLACE FUNCTION pepsi.failed_messages(in_stage text DEFAULT NULL,
                                                  max_rows integer DEFAULT 100,
                                                  in_reason text DEFAULT NULL)

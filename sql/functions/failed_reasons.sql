@@ -14,10 +14,6 @@
 --   Biggest groups first.
 --   Reads: pepsi.workqueue (workqueue_failed_idx).  Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator, pepsi_dashboard (SECURITY DEFINER).
---
--- Why v2 (migration 0018): groups of one ("bad input n=201", "n=202", …)
---   hid the one cause behind thirty lines; the raw reasons stay reachable
---   (examples, and failed_messages by group).  The result gains a column.
 CREATE OR REPLACE FUNCTION pepsi.failed_reasons(in_stage text DEFAULT NULL)
 RETURNS TABLE (stage text, status text, reason text, count bigint,
                oldest timestamptz, newest timestamptz, ids bigint[], examples text[])

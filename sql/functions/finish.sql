@@ -4,15 +4,6 @@
 --   given); otherwise changes nothing and returns false.
 --   Writes: pepsi.workqueue (one row).  Locks: that row.
 --   Callers: pepsi_stage (SECURITY DEFINER).
---
--- Why v2 (migration 0006): the row is found by primary key.  v1 re-checked
---   `status = 'running'`, which proves the predicate of the partial index
---   workqueue_running_idx; after an ANALYZE taken while few rows ran, the
---   cached generic plan walked that whole index filtering by id (measured:
---   up to 8 ms per call with a few thousand rows running, the workers'
---   transitions took more time than everything else in a 1-stage bench).
---   `(status = 'running') IS TRUE` is the same test (status is NOT NULL) and
---   proves nothing about the index, so the lookup is by workqueue_pkey.
 CREATE OR REPLACE FUNCTION pepsi.finish(id bigint, from_stage text,
                                         dispatcher_id bigint DEFAULT NULL)
 RETURNS boolean

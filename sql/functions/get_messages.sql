@@ -4,27 +4,6 @@
 --   not exist are skipped; a repeated id comes back repeated).
 --   Reads: pepsi.workqueue (primary key).  Locks: none.
 --   Callers: pepsi_stage, pepsi_dispatcher (SECURITY DEFINER).
---
--- Why v2 (migration 0023): the plan.  PL/pgSQL caches a statement's plan,
---   but a statement with array parameters was planned again on every call:
---   the plan cache compares the plan made for the call's own arrays with a
---   generic one, and the generic plan's guess at an array's length always
---   priced it higher, so it kept making custom plans.  Planning was about a
---   third of the server's CPU at the shipped stage defaults (perf, a
---   one-stage SDK drain at PARALLELISM 4 x QUEUE_LIMIT 4).  The plan is the
---   same for any arrays (a nested loop over workqueue_pkey), so the function
---   now sets plan_cache_mode = force_generic_plan: planned once per session.
---
--- Why v3 (migration 0024): plans that hold however the table grows.  With
---   force_generic_plan the plan is made once per session, at the first call,
---   from the statistics of that moment.  A dispatcher or worker that starts
---   on an empty queue (the usual start) made it for an empty table: a
---   sequential scan, kept for the session's life while the table grew, until
---   an ANALYZE invalidated it (never, where autovacuum is off).  Measured: 850
---   instead of ~150 us of PostgreSQL CPU per message at the shipped stage
---   defaults.  The function now also sets enable_seqscan, enable_hashjoin and
---   enable_mergejoin off, so its plan is index scans and nested loops (the
---   plan v2 gets from fresh statistics) whatever the statistics say.
 CREATE OR REPLACE FUNCTION pepsi.get_messages(ids bigint[])
 RETURNS TABLE (workqueue_id bigint, stage text, status text, payload jsonb,
                state jsonb, retries integer)

@@ -11,10 +11,6 @@
 --   Writes: pepsi.dispatchers (one row).  Locks: that row; the liveness
 --   advisory lock, session level.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
---
--- Why v3 (migration 0010): the gauges argument.  The one-argument call of
--- v2 keeps working through the default.
--- Why v4: liveness by session (see register_dispatcher v2).  Same signature.
 CREATE OR REPLACE FUNCTION pepsi.heartbeat(dispatcher_id bigint, gauges jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER

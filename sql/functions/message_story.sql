@@ -20,14 +20,6 @@
 --   Reads: pepsi.workqueue (primary key), pepsi.stages.  Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator, pepsi_dashboard (SECURITY DEFINER).
 --   Its attempts: pepsi.message_history.
---
--- Why v2 (migration 0018): a message that paused and then went on still
---   showed its last pause_reason (and retry_error) as if it were paused;
---   those notes now show only while it is paused (the history keeps them).
--- Why v3 (migration 0022): pepsi-queue show prints the message's priority and
---   dedupe key (columns of the row since 0019): two more result columns,
---   priority and dedupe_key, at the end (the result type changes: 0022 drops
---   v2 and runs the grants file again).
 CREATE OR REPLACE FUNCTION pepsi.message_story(id bigint)
 RETURNS TABLE (workqueue_id bigint, stage text, status text, payload jsonb, state jsonb,
                retries integer, max_retries integer, delayed boolean,

@@ -10,15 +10,6 @@
 --   22008 when until is 'infinity' or '-infinity'.
 --   Writes: pepsi.workqueue (one row).  Locks: that row.
 --   Callers: pepsi_stage (SECURITY DEFINER).
---
--- Why v3 (migration 0009): a row paused until 'infinity' is never due, and
---   v1/v2 of requeue_due then failed computing the next due time ("cannot
---   subtract infinite timestamps"), which stopped the dispatcher's claims for
---   every stage.  A pause that never ends is a failure in disguise; the stage
---   should fail the message (or pause it for a long, finite time).
---   The lookup stays by primary key, as in v2 (migration 0006): the running
---   re-check is written `(status = 'running') IS TRUE` so the cached plan
---   never walks the partial index workqueue_running_idx.
 CREATE OR REPLACE FUNCTION pepsi.pause(id bigint, from_stage text, until timestamptz,
                                        reason text DEFAULT NULL,
                                        dispatcher_id bigint DEFAULT NULL)

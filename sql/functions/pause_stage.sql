@@ -21,12 +21,6 @@
 --   Writes: pepsi.config (one row).  Locks: that row.
 --   Callers: pepsi_operator, pepsi_dispatcher, pepsi_dashboard (SECURITY DEFINER;
 --   pepsi-queue pause/resume, pepsi-httpd's buttons).
---
--- Why v1 (was dashboard_pause_stage v2, dropped): operators could not pause
---   a stage at all (pepsi_operator may not write pepsi.config), and neither
---   they nor the dashboard could end a hold-off: after fixing a broken
---   PROGRAM, its stage waited out the cooldown.  One function serves the
---   command line and the dashboard, so the two cannot drift.
 CREATE OR REPLACE FUNCTION pepsi.pause_stage(stage text, paused boolean)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER

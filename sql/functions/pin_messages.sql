@@ -19,13 +19,6 @@
 --   Reads: pepsi.workqueue (primary key).  Locks: the held rows, FOR NO KEY UPDATE.
 --   Callers: pepsi_stage (SECURITY DEFINER: stage programs have no SELECT on
 --   the table).
---
--- Why v1: a worker started the handler of a message that was no longer its
---   dispatcher's.  A replica frozen longer than ORPHAN_TIMEOUT had its rows
---   reset and run by another; on resume its worker read the next id on its
---   pipe and ran the handler a second time (its write was fenced out, but a
---   side effect outside the database happened twice).  The fencing token
---   guarded the write, not the start.
 CREATE OR REPLACE FUNCTION pepsi.pin_messages(ids bigint[], dispatcher_id bigint)
 RETURNS TABLE (workqueue_id bigint, stage text, status text, payload jsonb,
                state jsonb, retries integer, held_by bigint)

@@ -11,10 +11,6 @@
 --   pepsi.tracebacks (not with dry_run).  Locks: the rows deleted.
 --   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
 --   used the dispatcher's role before pepsi_operator existed).
---
--- Why v2 (migration 0009): dry_run, for pepsi-queue purge --dry-run (and a
---   confirmation that shows the count before deleting).  The 3-argument v1 is
---   dropped; 3-argument calls resolve to v2 through the default.
 CREATE OR REPLACE FUNCTION pepsi.purge(statuses text[], stage text DEFAULT NULL,
                                        older_than interval DEFAULT NULL,
                                        dry_run boolean DEFAULT false)

@@ -13,12 +13,6 @@
 --   pg_locks.  Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
 --   used the dispatcher's role before pepsi_operator existed).
---
--- Why v2 (migration 0014): the live column (by heartbeat age then).
--- Why v3: live by session.  A dispatcher killed with SIGKILL counted as live
---   for up to 3 heartbeat intervals (5 minutes when its gauges carried no
---   interval), so pepsi-queue status reported a dispatcher that was gone.
---   Same signature and result type.
 CREATE OR REPLACE FUNCTION pepsi.queue_dispatchers()
 RETURNS TABLE (dispatcher_id bigint, hostname text, pid integer, competing boolean,
                started_at timestamptz, heartbeat_age interval, running bigint,

@@ -36,13 +36,6 @@
 --   Writes: nothing.  Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
 --   used the dispatcher's role before pepsi_operator existed).
---
--- Why v2 (migration 0012): v1 had no live worker counts (they were not in
---   the database when it was written), so pepsi-queue status --watch showed
---   PARALLELISM × QUEUE_LIMIT instead.  Heartbeat v3 (0010) stores them.
--- Why v3: live by session.  The workers of a dispatcher killed with SIGKILL
---   were counted for up to 3 heartbeat intervals (5 minutes without an
---   interval in its gauges).  Same signature and result type.
 CREATE OR REPLACE FUNCTION pepsi.queue_overview()
 RETURNS TABLE (stage text, pending bigint, running bigint, paused bigint, done bigint,
                failed bigint, timeout bigint, expired bigint,

@@ -34,23 +34,6 @@
 --   `status = 'running'` and the fencing on dispatcher_id, re-checked in the
 --   UPDATE).
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
---
--- Why v3 (migration 0009): automatic retries (RETRY_DELAY).  The policy is
---   read from the stage registry here, in the same statement as the write,
---   so the dispatcher's Python only passes what happened.  The result
---   changes from a count to the rows, so the dispatcher can tell a retried
---   failure (not counted as failed) from a final one.
---   The lookup stays by primary key, as in v2 (migration 0006).
---
--- Why v4 (migration 0013): a row whose state was near the
---   jsonb size limit made the whole UPDATE fail (program_limit_exceeded,
---   54000); the dispatcher's isolation retried it alone, failed again, and
---   the row stayed 'running' until the next start.  The set-based UPDATE is
---   unchanged and still one statement (one subtransaction per call, none per
---   row).  Only when it fails: each candidate row's new state is built in a
---   block of its own (no write, only the expression), the rows whose state
---   cannot be built are noted, and the same UPDATE runs again leaving their
---   state as it is.
 CREATE OR REPLACE FUNCTION pepsi.record_dispatch_error(dispatcher_id bigint, ids bigint[],
                                                        statuses text[], errors text[])
 RETURNS TABLE (workqueue_id bigint, stage text, status text, timeout timestamptz)

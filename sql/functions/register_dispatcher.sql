@@ -7,11 +7,6 @@
 --   Writes: pepsi.dispatchers (one INSERT).  Locks: the liveness advisory
 --   lock, session level.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
---
--- Why v2: liveness by session.  A dispatcher killed with SIGKILL stayed
---   registered, counted and exported (its last gauges: busy workers,
---   in-flight ids) until its heartbeat aged out, and in a single
---   dispatcher's database until ORPHAN_TIMEOUT after a restart.
 CREATE OR REPLACE FUNCTION pepsi.register_dispatcher(hostname text, pid integer,
                                                      competing boolean)
 RETURNS bigint

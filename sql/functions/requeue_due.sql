@@ -37,32 +37,6 @@
 --   Nothing is lost (payload and state stay), and one such row never stops
 --   the other due rows from moving.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
---
--- Why v3 (migration 0009):
---   * v2 returned next_due = 'infinity' when the earliest paused row was
---     paused until 'infinity' (pause v1/v2 accepted it); the dispatcher's
---     `next_due - statement_timestamp()` then raised "cannot subtract
---     infinite timestamps" in the pipeline that also claims, so no stage was
---     served any more.  next_due now skips non-finite timeouts
---     (`timeout < 'infinity'` keeps the ordered scan of workqueue_paused_idx).
---   * delayed messages (enqueue v2's not_before): flipped without counting a
---     retry, so a delay never uses up MAX_RETRIES, and never expired (EXPIRY
---     bounds how long a message may be retried, not how far ahead it may be
---     scheduled).  The mark is removed in the same UPDATE.
---
--- Why v4 (migration 0013): a due row whose state was near
---   the jsonb size limit made the whole statement fail (54000) on every
---   call, so no due row of any stage moved again.  The statement is
---   unchanged and still one (one subtransaction per call, none per row).
---   Only when it fails with program_limit_exceeded: each due row that gets a
---   note has its new state built in a block of its own (the expression
---   only, nothing written), and the statement runs again leaving the state
---   of the rows that failed as it is.
---
--- Why v5 (migration 0021): the retry policy had two sources -- the
---   dispatcher's arrays here, pepsi.stages in record_dispatch_error.  With
---   stages NULL the registry is the one source, so the dispatcher passes no
---   policy.  Given arrays keep their meaning (pgTAP and DBAs call it so).
 CREATE OR REPLACE FUNCTION pepsi.requeue_due(stages text[], max_retries integer[],
                                              default_max_retries integer, expiry interval)
 RETURNS TABLE (requeued integer, exhausted integer, expired integer, next_due timestamptz,

@@ -24,12 +24,6 @@
 --   inserted one of the keys (the unique index), only for that row.
 --   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue: people
 --   used the dispatcher's role before pepsi_operator existed).
---
--- Why v2 (migration 0009): v1 did not notify (only INSERT does), so
---   requeued rows waited up to POLL_INTERVAL (15 s measured) for a claim.
--- Why v3 (migration 0019): dedupe keys.  v2 would have raised a unique
---   violation (workqueue_dedupe_idx) for a row whose key a live message
---   holds, failing the whole requeue.
 CREATE OR REPLACE FUNCTION pepsi.requeue_failed(stage text DEFAULT NULL,
                                                 ids bigint[] DEFAULT NULL)
 RETURNS integer

@@ -19,16 +19,6 @@
 --   Writes: pepsi.workqueue, pepsi.dispatchers.  Reads: workqueue_running_idx.
 --   Locks: the rows reset (competing: SKIP LOCKED), the registrations removed.
 --   Callers: pepsi_dispatcher (SECURITY DEFINER).
---
--- Why v2: a single dispatcher started after one killed with SIGKILL left
---   the dead one registered for ORPHAN_TIMEOUT (300 s by default), counted
---   and exported with its last gauges; holding the lock exclusively proves
---   every other registration dead.
--- Why v3: a worker now locks the rows whose handlers it runs (pin_messages),
---   so that a replica cannot reset and hand out a row while its handler runs.
---   Waiting for those locks would stall the replica's heartbeat for
---   lock_timeout and fail the whole reset while any handler of a frozen
---   replica held one; competing, locked rows are skipped and taken later.
 CREATE OR REPLACE FUNCTION pepsi.reset_orphans(dispatcher_id bigint, competing boolean,
                                                orphan_timeout interval)
 RETURNS integer

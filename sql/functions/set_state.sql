@@ -11,16 +11,6 @@
 --   the keys; nothing is written then.
 --   Writes: pepsi.workqueue (one row).  Locks: that row.
 --   Callers: pepsi_stage (SECURITY DEFINER).
---
--- Why v2 (migration 0006): the row is found by primary key (see v2's header:
---   `(status = 'running') IS TRUE` proves nothing about workqueue_running_idx).
---
--- Why v3: v2 refused only dispatch_error.  A stage could write
---   delayed_until and then pause its message: requeue_due took it for a
---   delayed message, flipped it back without counting a retry and never
---   expired it, so the stage had opted its message out of MAX_RETRIES and
---   EXPIRY (seen: 25 runs in 25 s with MAX_RETRIES 2).  Only enqueue marks a
---   message delayed now; the other keys the queue writes are refused too.
 CREATE OR REPLACE FUNCTION pepsi.set_state(id bigint, from_stage text, patch jsonb,
                                            dispatcher_id bigint DEFAULT NULL)
 RETURNS boolean

@@ -30,10 +30,6 @@
 --   (workqueue_pending_idx).  Writes: nothing.  Locks: none.
 --   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; pepsi-queue status;
 --   pepsi-httpd's /healthz, /metrics and dashboard through dashboard_snapshot).
---
--- Why v2: a dispatcher killed with SIGKILL kept reporting its stages' health
---   until its heartbeat aged out; liveness is the session's now.  Same
---   signature and result type.
 CREATE OR REPLACE FUNCTION pepsi.stage_health()
 RETURNS TABLE (stage text, state text, cause text, since timestamptz,
                held_seconds double precision, pending bigint, dispatchers bigint)
