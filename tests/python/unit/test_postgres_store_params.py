@@ -92,8 +92,9 @@ def test_every_query_binds_its_named_parameters(tmp_path: Path) -> None:
         db.keep_dead_letters(1000)
         db.register_schedules(RegisterSchedulesParams(["s"], ["a"], ["* * * * *"], [now]))
         db.fire_schedule(FireScheduleParams("s", [now], "a", {}, 0, None, now))
-        deltas = {k: [] for k in ("stages", "processed", "failed", "timeouts", "crashes")}
-        deltas |= {"seconds": [], "stage_runs": 0, "messages": 0, "requeued": 0, "expired": 0}
+        arrays = ("stages", "processed", "failed", "timeouts", "crashes", "seconds")
+        deltas: dict[str, Any] = {k: [] for k in arrays}
+        deltas |= {"stage_runs": 0, "messages": 0, "requeued": 0, "expired": 0}
         db.flush_stats(deltas)
         db.flush_stats(deltas, (7, {}))
         db.held(7)

@@ -55,7 +55,9 @@ def test_a_flush_writes_the_gauges_without_the_deltas_it_flushes(tmp_path: Path)
     before = d._gauges(0.0)["unflushed"]
     assert before["stages"]["a"]["processed"] == 2, "the gauges carry what is not flushed"
     d.stats_flush.run(d.stats_flush.last + 1000.0, force=True)
-    [(did, gauges)] = db.gauges
+    [sent] = db.gauges
+    assert sent is not None, "the flush carries the gauges"
+    did, gauges = sent
     assert did == d.dispatcher_id
     assert gauges["unflushed"] == {"stages": {}, "dispatch": {}}
     assert db.flushed[0]["processed"] == [2]

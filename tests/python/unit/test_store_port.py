@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fake_store import FakeStore
 
@@ -83,7 +83,7 @@ def test_the_fake_implements_the_port() -> None:
 
 
 def test_the_check_reports_a_missing_or_different_member() -> None:
-    class Port:
+    class Port(Protocol):
         def a(self, x: int) -> int: ...
 
         def b(self) -> None: ...
