@@ -7,7 +7,7 @@ may soon be someone else's. So the lease *lapses* a margin before that:
 ORPHAN_TIMEOUT after the last heartbeat that went through, minus
 :func:`margin`, measured from when that heartbeat was sent (the server stamped
 it later, so others count from later still). Then the loop stops every worker
-and claims nothing until a heartbeat goes through again (coordinator/loop.py);
+and claims nothing until a heartbeat goes through again (coordinator/dispatcher.py);
 it releases nothing, since it cannot reach the database: once back, what it
 still holds goes back to pending, or another replica has reset it already.
 """

@@ -75,7 +75,7 @@ GRANT EXECUTE ON FUNCTION
     pepsi.schema_version()
 TO pepsi_dispatcher, pepsi_stage, pepsi_ingress, pepsi_dashboard, pepsi_operator;
 
--- The dispatcher (database/calls.py) and operators (pepsi-queue), who use its role.
+-- The dispatcher (coordinator/database/postgres.py) and operators (pepsi-queue), who use its role.
 GRANT EXECUTE ON FUNCTION
     pepsi.register_dispatcher(text, integer, boolean),
     pepsi.heartbeat(bigint, jsonb),

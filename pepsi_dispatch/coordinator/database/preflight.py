@@ -24,7 +24,7 @@ __all__ = [
     "worker_dsn_checks",
 ]
 
-#: What the dispatcher's role executes (database/calls.py), and what a stage program's
+#: What the dispatcher's role executes (database/postgres.py), and what a stage program's
 #: role does (SDK).
 DISPATCHER_FUNCTIONS = (
     "register_dispatcher",

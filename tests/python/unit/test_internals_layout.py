@@ -2,7 +2,7 @@
 
 The layout is where a newcomer finds the parts; a module missing from it is a
 part nobody can find. Each module must appear in the layout block under its
-own file name (``loop.py``) or, for a package's ``__init__``/``__main__``, its
+own file name (``dispatcher.py``) or, for a package's ``__init__``/``__main__``, its
 folder (``bench/``).
 """
 
