@@ -25,8 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-import psycopg
-
 from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
@@ -35,7 +33,7 @@ from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
 from pepsi_dispatch.coordinator.database.isolation import Isolation
 from pepsi_dispatch.coordinator.database.link import DatabaseLink, LinkState
-from pepsi_dispatch.coordinator.database.port import DELAYED, TRY_NOW, DispatchStore
+from pepsi_dispatch.coordinator.database.port import DELAYED, TRY_NOW, DispatchStore, StoreError
 from pepsi_dispatch.coordinator.database.postgres import PostgresStore
 from pepsi_dispatch.coordinator.database.round_trip import RoundTrip
 from pepsi_dispatch.coordinator.database.settle import Settlement
@@ -311,7 +309,7 @@ class Dispatcher:
     def _on_listen(self, now: float) -> None:
         try:
             channels = self.db.notifications()
-        except psycopg.Error as exc:
+        except StoreError as exc:
             self.link.lost(now, exc)
             return
         for channel in channels:
@@ -346,7 +344,7 @@ class Dispatcher:
             if now >= duty.next_due(now):
                 try:
                     duty.run(now)
-                except psycopg.Error as exc:
+                except StoreError as exc:
                     self.link.lost(now, exc)
                     return
 
@@ -397,7 +395,7 @@ class Dispatcher:
             return
         try:
             self.db.heartbeat(self.dispatcher_id, self._gauges(now))
-        except psycopg.Error as exc:
+        except StoreError as exc:
             self.link.lost(now, exc)
             return
         self.lease.renewed(now)
@@ -499,7 +497,7 @@ class Dispatcher:
 
     def _resume(self, now: float) -> None:
         """Reconnected, the lock ours: are we still registered, and which rows
-        do we hold that no worker has? Raises psycopg.Error."""
+        do we hold that no worker has? Raises StoreError."""
         # Away longer than ORPHAN_TIMEOUT, we may have been declared dead.
         self.check_registration()
         self.comeback.check_server_restart()
@@ -544,7 +542,7 @@ class Dispatcher:
             self.fatal = f"reloaded configuration does not parse: {exc}"
             self._begin_shutdown(now)
             return
-        except psycopg.Error as exc:
+        except StoreError as exc:
             self.reload_pending = True
             self.reload_if_changed = only_if_changed
             if cause is ReloadCause.SIGHUP:
@@ -591,7 +589,7 @@ class Dispatcher:
         self.stages_unregistered = True
         try:
             self.db.register_stages(self.dispatcher_id, self.config.stages.values())
-        except psycopg.Error as exc:
+        except StoreError as exc:
             self.link.lost(now, exc)
             return
         self.stages_unregistered = False
@@ -629,7 +627,7 @@ class Dispatcher:
                 return 1
             try:
                 n = self.settlement.settle_at_exit()
-            except psycopg.Error as exc:
+            except StoreError as exc:
                 self.link.lost(now, exc)
                 continue
             break

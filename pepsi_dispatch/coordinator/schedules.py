@@ -24,15 +24,16 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-import psycopg
-
 from pepsi_dispatch.config.schedule import ScheduleConfig, missed_ticks, next_tick
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.link import error_line
 from pepsi_dispatch.coordinator.database.port import (
     DispatchStore,
     FireScheduleParams,
+    LockBusy,
     RegisterSchedulesParams,
+    StoreError,
+    StoreUnreachable,
 )
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class Scheduler:
     def register(self) -> None:
         """Tell the database our schedules (start, reload, reconnect); learn
         what is settled, and so when the next tick is due (now, if a tick was
-        missed). Raises psycopg.Error."""
+        missed). Raises StoreError."""
         now = self.wall()
         scheds = list(self.schedules.values())
         nexts = [next_tick(s, now) for s in scheds]
@@ -147,7 +148,7 @@ class Scheduler:
         return best
 
     def run(self, now: float) -> None:
-        """Enqueue every due tick (register first if needed). Raises psycopg.Error
+        """Enqueue every due tick (register first if needed). Raises StoreError
         for a lost connection only."""
         self.fire_due(now)
 
@@ -160,9 +161,9 @@ class Scheduler:
                 return 0
             try:
                 self.register()
-            except psycopg.OperationalError:
+            except StoreUnreachable:
                 raise
-            except psycopg.Error as exc:
+            except StoreError as exc:
                 log.error(
                     "schedules: registering them failed (%s); next try in %g s",
                     error_line(exc),
@@ -179,7 +180,7 @@ class Scheduler:
             ticks = missed_ticks(s, self.settled[s.name], now)
             try:
                 n += self._fire(s, ticks)
-            except psycopg.errors.LockNotAvailable:
+            except LockBusy:
                 # Another transaction holds the schedule's row or its dedupe key
                 # (a producer's open transaction); fire_schedule waited 200 ms.
                 log.info(
@@ -189,9 +190,9 @@ class Scheduler:
                     RETRY_AFTER_LOCK,
                 )
                 self.blocked_until[s.name] = mono + RETRY_AFTER_LOCK
-            except psycopg.OperationalError:
+            except StoreUnreachable:
                 raise
-            except psycopg.Error as exc:
+            except StoreError as exc:
                 log.error(
                     "schedule %s: enqueuing its tick failed (%s); next try in %g s",
                     s.name,

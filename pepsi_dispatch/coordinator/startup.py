@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 
-import psycopg
-from psycopg import errors as pgerrors
-
 from pepsi_dispatch.config import Config, apply_overlay
 from pepsi_dispatch.contract import SCHEMA_FLOOR
 from pepsi_dispatch.coordinator.checks import overlay_program_problems
 from pepsi_dispatch.coordinator.database.link import error_line
-from pepsi_dispatch.coordinator.database.port import DispatchStore
+from pepsi_dispatch.coordinator.database.port import (
+    SCHEMA_MISSING,
+    DispatchStore,
+    NotPermitted,
+    StoreError,
+)
 from pepsi_dispatch.errors import FatalError, UsageError
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ def open_database(db: DispatchStore, config: Config) -> tuple[Config, int]:
     dc = config.dispatch
     try:
         db.connect()
-    except psycopg.Error as exc:
+    except StoreError as exc:
         raise FatalError(f"cannot connect to the database: {error_line(exc)}") from None
     try:
         if not db.try_lock():
@@ -71,20 +73,20 @@ def open_database(db: DispatchStore, config: Config) -> tuple[Config, int]:
         dispatcher_id = db.register()
         n = db.reset_orphans(dispatcher_id, dc.orphan_timeout)
         db.register_stages(dispatcher_id, config.stages.values())
-    except (pgerrors.UndefinedTable, pgerrors.UndefinedFunction, pgerrors.InvalidSchemaName):
+    except SCHEMA_MISSING:
         raise UsageError(
             f"database {db.dbname()!r} has no (current) pepsi schema:"
             " run 'pepsi-queue migrate' (or 'alembic upgrade head' in a checkout)"
             " with PEPSI_DSN set to it"
         ) from None
-    except pgerrors.InsufficientPrivilege as exc:
+    except NotPermitted as exc:
         user = db.role()
         raise UsageError(
             f"role {user} may not dispatch in database {db.dbname()!r}"
             f" ({exc.diag.message_primary or error_line(exc)}): GRANT pepsi_dispatcher TO {user}"
             " as the schema owner; 'serve --check' lists what it lacks"
         ) from None
-    except psycopg.Error as exc:
+    except StoreError as exc:
         raise FatalError(f"database error during start-up: {error_line(exc)}") from None
     if n:
         log.info("reset %d orphaned running row(s) to pending", n)

@@ -34,6 +34,24 @@ FiredTick = tuple[datetime, int, bool]
 #: The errors of a call that mean "the connection is gone": the loop reconnects.
 CONNECTION_LOST: Final = (psycopg.OperationalError, psycopg.InterfaceError)
 
+# What the store raises, as the rest of the coordinator catches it: the driver's
+# own classes, named here so that no coordinator module outside database/ imports
+# the driver (an import-linter contract in pyproject.toml keeps it so).
+#: Any error of a call (the base class of the others).
+StoreError = psycopg.Error
+#: The server is unreachable or the connection broke (``psycopg.OperationalError``).
+StoreUnreachable = psycopg.OperationalError
+#: A lock the call waited on past its lock_timeout (SQLSTATE 55P03).
+LockBusy = psycopg.errors.LockNotAvailable
+#: The pepsi schema, or a function of it, is not there (not migrated).
+SCHEMA_MISSING: Final = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.InvalidSchemaName,
+)
+#: The role may not call what it called (SQLSTATE 42501).
+NotPermitted = psycopg.errors.InsufficientPrivilege
+
 #: What :meth:`DispatchStore.notifications` returns for NOTIFY workqueue, 'delayed'
 #: (pepsi.enqueue of a delayed message: run requeue_due to learn its due time).
 DELAYED: Final = "workqueue:delayed"
@@ -324,6 +342,11 @@ class DispatchStore(Protocol):
 
 __all__ = [
     "CONNECTION_LOST",
+    "LockBusy",
+    "NotPermitted",
+    "SCHEMA_MISSING",
+    "StoreError",
+    "StoreUnreachable",
     "DELAYED",
     "TRY_NOW",
     "ClaimParams",
