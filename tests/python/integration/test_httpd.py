@@ -204,6 +204,10 @@ def test_a_dispatcher_killed_with_sigkill_is_neither_exported_nor_counted(
     httpds.append(srv)
     d = h.start(conf)
     wait_until(lambda: srv.get("/healthz")[0] == 200, 10, 0.1, "healthz 200 with a dispatcher")
+    # Start-up registers the dispatcher, then its stages: queue_overview has rows
+    # only once both committed (a SIGKILL between the two leaves no stage row).
+    stages = "SELECT count(*) FROM pepsi.queue_overview()"
+    wait_until(lambda: h.conn.execute(stages).fetchone()[0] > 0, 10, 0.05, "stages registered")
     m = scrape(srv)
     assert m["pepsi_dispatcher_session"][("pepsi_dispatcher_session",)] == 1
     d.kill9()
