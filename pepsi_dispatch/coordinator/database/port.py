@@ -161,8 +161,8 @@ class DispatchStore(Protocol):
 
     Two connections stand behind it: the *listen* one holds the advisory lock
     and LISTENs; the *work* one runs every query, each in its own implicit
-    transaction. Queries raise ``psycopg.Error``; an OperationalError (or an
-    InterfaceError) means the connection is gone.
+    transaction. Queries raise :data:`StoreError`; one of
+    :data:`CONNECTION_LOST` means the connection is gone.
     """
 
     @property
