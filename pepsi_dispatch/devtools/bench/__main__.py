@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-throughput", action="store_true", help="only the latency run")
     parser.add_argument(
+        "--latency-peer",
+        action="store_true",
+        help="also measure graphile-worker's latency the same way, in --runs interleaved rounds",
+    )
+    parser.add_argument(
         "--live",
         action="store_true",
         help="enqueue while the dispatcher runs (no ANALYZE first; clock from the first enqueue)",
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_messages=args.max_messages,
                 replicas=replicas,
             )
-            label = worker if not replicas else f"{worker} ×{replicas} competing"
+            label = row_label(worker, replicas)
             say(
                 f"  {label:<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
                 f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeat > 1 or len(counts) > 1 or args.floor:
             say(f"  median of {args.repeat} interleaved runs:")
             for (worker, replicas), rs in results.items():
-                label = worker if not replicas else f"{worker} ×{replicas} competing"
+                label = row_label(worker, replicas)
                 line = f"  {label:<11} {statistics.median(x['msg_per_s'] for x in rs):8.0f}"
                 if worker == "floor":
                     say(line + " messages/s")
@@ -207,18 +212,60 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     line += f"  ({statistics.median(ratios):.2f}× one dispatcher)"
                 say(line)
+    if args.latency > 0 and args.latency_peer:
+        return latency_against_graphile(dsn, args.latency, args.runs, Path(args.peers_dir))
     if args.latency > 0:
-        r = latency(dsn, args.latency, 30)
-        say(
-            f"latency (idle dispatcher, enqueue -> handler start, {r['n']} sequential messages):"
-            f" p50 {r['p50'] * 1000:.2f} ms  p95 {r['p95'] * 1000:.2f} ms"
-            f"  p99 {r['p99'] * 1000:.2f} ms  max {r['max'] * 1000:.2f} ms"
-            f"  (first message, worker start: {r['cold'] * 1000:.0f} ms)"
-        )
-        say(
-            f"  of which the enqueue's own round trip (its commit): p50"
-            f" {r['enqueue_p50'] * 1000:.2f} ms  p99 {r['enqueue_p99'] * 1000:.2f} ms"
-        )
+        say_latency(latency(dsn, args.latency, 30))
+    return 0
+
+
+def row_label(worker: str, replicas: int) -> str:
+    """A throughput row's name: the worker, and how many competing dispatchers."""
+    return worker if not replicas else f"{worker} ×{replicas} competing"
+
+
+def say_latency(
+    r: dict[str, float], who: str = "idle dispatcher, enqueue -> handler start"
+) -> None:
+    """Print one latency run."""
+    say(
+        f"latency ({who}, {r['n']:.0f} sequential messages):"
+        f" p50 {r['p50'] * 1000:.2f} ms  p95 {r['p95'] * 1000:.2f} ms"
+        f"  p99 {r['p99'] * 1000:.2f} ms  max {r['max'] * 1000:.2f} ms"
+        f"  (first message, worker start: {r['cold'] * 1000:.0f} ms)"
+    )
+    say(
+        f"  of which the enqueue's own round trip (its commit): p50"
+        f" {r['enqueue_p50'] * 1000:.2f} ms  p99 {r['enqueue_p99'] * 1000:.2f} ms;"
+        f" from the commit returned: p50 {r['after_commit_p50'] * 1000:.2f} ms"
+        f"  p99 {r['after_commit_p99'] * 1000:.2f} ms"
+    )
+
+
+def latency_against_graphile(dsn: str, count: int, runs: int, folder: Path) -> int:
+    """Our idle latency and graphile-worker's, interleaved over ``runs`` rounds,
+    each measured from just before the enqueue call to the handler's (task's)
+    start (p50, p99) and from the enqueue's commit returned (``after_commit_*``);
+    the medians of the per-round ratios."""
+    from pepsi_dispatch.devtools.bench.peer_drivers import graphile_latency, install
+
+    if not install(folder).get("graphile"):
+        say("bench: graphile-worker is not installed (node/npm missing)")
+        return 2
+    ratios: dict[str, list[float]] = {
+        k: [] for k in ("p50", "p99", "after_commit_p50", "after_commit_p99")
+    }
+    for n in range(1, runs + 1):
+        ours = latency(dsn, count, 30)
+        theirs = graphile_latency(dsn, folder, count, 30)
+        say(f"round {n} (load {os.getloadavg()[0]:.1f}):")
+        say_latency(ours, "ours, SDK at shipped defaults")
+        say_latency(theirs, "graphile-worker, default preset")
+        for key, rs in ratios.items():
+            rs.append(ours[key] / theirs[key])
+    for what, rs in ratios.items():
+        each = " / ".join(f"{r:.2f}" for r in rs)
+        say(f"ours / graphile, {what}: median {statistics.median(rs):.2f}× ({each})")
     return 0
 
 

@@ -375,6 +375,32 @@ def throughput(
         }
 
 
+def summarize_latency(samples: list[float], enqueues: list[float], cold: float) -> dict[str, float]:
+    """Percentiles of a latency run (seconds). ``samples[i]`` runs from just before
+    enqueue call i to the handler's start, ``enqueues[i]`` is that call's own round
+    trip (its commit included); ``after_commit_*``: their differences, from the
+    commit returned to the handler's start."""
+    after = sorted(s - e for s, e in zip(samples, enqueues, strict=True))
+    samples, enqueues = sorted(samples), sorted(enqueues)
+
+    def pct(p: float, of: list[float]) -> float:
+        return of[min(len(of) - 1, int(round(p / 100 * (len(of) - 1))))]
+
+    return {
+        "enqueue_p50": pct(50, enqueues),
+        "enqueue_p99": pct(99, enqueues),
+        "after_commit_p50": pct(50, after),
+        "after_commit_p99": pct(99, after),
+        "cold": cold,
+        "p50": pct(50, samples),
+        "p95": pct(95, samples),
+        "p99": pct(99, samples),
+        "max": samples[-1],
+        "mean": statistics.fmean(samples),
+        "n": len(samples),
+    }
+
+
 def latency(dsn: str, count: int, timeout: float) -> dict[str, float]:
     """Sequential enqueue→handler-start latency with an idle dispatcher (seconds)."""
     stages = ["bench_lat"]
@@ -421,20 +447,4 @@ def latency(dsn: str, count: int, timeout: float) -> dict[str, float]:
                 time.sleep(0.01)  # let the dispatcher go idle again
         finally:
             stop(proc)
-    samples.sort()
-    enqueues.sort()
-
-    def pct(p: float, of: list[float] = samples) -> float:
-        return of[min(len(of) - 1, int(round(p / 100 * (len(of) - 1))))]
-
-    return {
-        "enqueue_p50": pct(50, enqueues),
-        "enqueue_p99": pct(99, enqueues),
-        "cold": cold,
-        "p50": pct(50),
-        "p95": pct(95),
-        "p99": pct(99),
-        "max": samples[-1],
-        "mean": statistics.fmean(samples),
-        "n": len(samples),
-    }
+    return summarize_latency(samples, enqueues, cold)

@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pepsi_dispatch.devtools.bench.core import summarize_latency
+
 GRAPHILE_VERSION = "0.17.3"
 PIP_PEERS = ["procrastinate==3.10.0", "pgqueuer==1.6.0", "psycopg[binary]>=3.1"]
 
@@ -40,7 +42,16 @@ async function main() {
     Object.assign(worker, { localQueue: { size: 500 } });
     Object.assign(worker, { completeJobBatchDelay: 0, failJobBatchDelay: 0 });
   }
-  const taskList = { noop: async () => {} };
+  const taskList = {
+    noop: async () => {},
+    // The latency probe: records how long after payload.t0 (the enqueuer's clock
+    // just before add_job) this task started, as our SDK handler does.
+    lat: async (payload, helpers) => {
+      const started = (performance.timeOrigin + performance.now()) / 1000;
+      const row = [helpers.job.id, started - payload.t0];
+      await helpers.withPgClient((c) => c.query("INSERT INTO bench_latency VALUES ($1, $2)", row));
+    },
+  };
   const runner = await run({ preset: { worker }, logger: quiet, taskList });
   await runner.promise;
 }
@@ -436,6 +447,57 @@ def _graphile(dsn: str, folder: Path) -> dict[str, Peer]:
             clean,
         )
     return out
+
+
+def graphile_latency(dsn: str, folder: Path, count: int, timeout: float) -> dict[str, float]:
+    """graphile-worker's enqueue→task-start latency, measured as ours is
+    (``core.latency``): an idle worker at its default preset (concurrency 8),
+    ``count`` sequential ``add_job`` calls, each timed by a task that records
+    its own start against the enqueuer's clock. Seconds; ``cold`` is the first
+    job's (the worker starting). Needs ``install`` to have found node."""
+    folder = folder.resolve()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        _ensure_db(admin, "pepsi_peer_graphile")
+    gdsn = _dsn_for(dsn, "pepsi_peer_graphile")
+    node = ["node", str(folder / "graphile_run.js"), _url_for(dsn, "pepsi_peer_graphile")]
+    subprocess.run([*node, "migrate"], check=True, cwd=folder)
+    samples: list[float] = []
+    enqueues: list[float] = []
+    cold = 0.0
+    with psycopg.connect(gdsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM graphile_worker._private_jobs")
+        conn.execute("DROP TABLE IF EXISTS bench_latency")
+        conn.execute("CREATE TABLE bench_latency (job_id bigint PRIMARY KEY, latency float8)")
+        proc = subprocess.Popen([*node, "default", "8"], cwd=folder)
+        try:
+            for i in range(count + 1):
+                t0 = time.time()
+                (job,) = conn.execute(  # type: ignore[misc]
+                    "SELECT (graphile_worker.add_job('lat',"
+                    " json_build_object('t0', %s::float8))).id",
+                    (t0,),
+                ).fetchone()
+                if i:
+                    enqueues.append(time.time() - t0)
+                deadline = time.monotonic() + timeout
+                while True:
+                    time.sleep(0.01)  # sparse polling, as for ours (2 cores)
+                    row = conn.execute(
+                        "SELECT latency FROM bench_latency WHERE job_id = %s", (job,)
+                    ).fetchone()
+                    if row:
+                        break
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise SystemExit(f"bench: graphile latency job {job} not started")
+                if i == 0:
+                    cold = float(row[0])
+                else:
+                    samples.append(float(row[0]))
+                time.sleep(0.01)  # let the worker go idle again
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return summarize_latency(samples, enqueues, cold)
 
 
 def _python_peer(
