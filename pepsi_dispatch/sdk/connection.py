@@ -16,6 +16,7 @@ from ..pooling import pooler_safe
 from .adapters import use_fast_adapters
 
 __all__ = [
+    "CHECK_CLIENT",
     "EX_TEMPFAIL",
     "OPENED_HERE",
     "RECONNECT_TIMEOUT",
@@ -23,6 +24,20 @@ __all__ = [
     "ConnectionHolder",
     "connector",
 ]
+
+#: While one of its statements runs, the server looks every second whether this
+#: worker is still there (``client_connection_check_interval``, PostgreSQL 14 and
+#: later, where the platform has it; elsewhere the block changes nothing), on a
+#: direct connection (behind a pooler a session setting would reach whichever server
+#: session the pooler hands out next, so nothing is set there). A worker
+#: killed at MAX_RUNTIME in the middle of a long statement then ends that
+#: statement, and gives up its rows' locks, within a second instead of when the
+#: statement would have ended: the dispatcher's timeout record and release of those
+#: rows wait on those locks, and with them every stage.
+CHECK_CLIENT = (
+    "DO $$BEGIN PERFORM set_config('client_connection_check_interval', '1s', false);"
+    " EXCEPTION WHEN OTHERS THEN NULL; END$$"
+)
 
 #: How long a worker tries to reconnect after losing its database connection (seconds).
 RECONNECT_TIMEOUT = float(os.environ.get("PEPSI_WORKER_RECONNECT_TIMEOUT", "60"))
@@ -43,7 +58,9 @@ def connector(
     seconds for the server (or the DSN's own ``connect_timeout`` when it is
     smaller). Behind a connection pooler (PgBouncer in transaction mode) the
     connection prepares no statement (:func:`pepsi_dispatch.pooling.pooler_safe`:
-    one round trip at connect tells)."""
+    one round trip at connect tells). On a direct connection the server checks
+    for the worker while a statement runs (:data:`CHECK_CLIENT`, one more round
+    trip at connect)."""
     options: dict[str, object] = {}
     if timeout is not None:
         options["connect_timeout"] = _capped_timeout(dsn, timeout)
@@ -55,7 +72,8 @@ def connector(
         if fast_adapters:
             use_fast_adapters(conn)
         try:
-            pooler_safe(conn)
+            if not pooler_safe(conn):  # a session setting: never behind a pooler
+                conn.execute(CHECK_CLIENT)
         except BaseException:
             conn.close()
             raise

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from .connection import OPENED_HERE, Connect, connector
+from .connection import CHECK_CLIENT, OPENED_HERE, Connect, connector
 
 if TYPE_CHECKING:
     from pepsi_dispatch.config import Config
@@ -96,10 +96,12 @@ RETRY_SECONDS = 5.0
 #: What a worker runs before it gives its session back: ``DISCARD ALL`` without
 #: ``DISCARD PLANS`` (the SDK's statements keep their plans across workers).
 #: Whatever a handler left in the session (settings, a role, prepared
-#: statements, LISTEN, advisory locks, temporary tables, cursors) is gone.
+#: statements, LISTEN, advisory locks, temporary tables, cursors) is gone; the
+#: client check every SDK session has (:data:`~.connection.CHECK_CLIENT`) is set
+#: again after RESET ALL.
 RESET_SESSION = (
     "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL;"
-    " UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES"
+    " UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES; " + CHECK_CLIENT
 )
 
 #: A worker's note to the template: "I had no session to give back; have one ready."

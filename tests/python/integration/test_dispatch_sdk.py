@@ -160,6 +160,32 @@ def test_max_runtime_times_out_only_the_hanging_message_in_hand(h: Harness) -> N
     assert (stats["timeouts"], stats["processed"]) == (1, 6), stats
 
 
+def test_a_handler_stuck_in_sql_past_max_runtime_stalls_no_other_stage(h: Harness) -> None:
+    """A handler stuck in a long statement (pg_sleep here; a slow query, a lock
+    wait) holds its group's rows locked (the pin). MAX_RUNTIME kills the
+    worker, but a backend busy in a statement did not notice its client was
+    gone until the statement ended, so the dispatcher's timeout record and
+    release of those rows waited on the locks (lock_timeout, 10 s, then again)
+    and every other stage stalled. SDK sessions now check for their client
+    while a statement runs (client_connection_check_interval), so the backend
+    ends within a second and releases the rows."""
+    stuck = h.enqueue("a", [{"plan": {"a": {"op": "finish", "sql_sleep": 120}}}])[0]
+    conf = sdk_conf(h, "--default-commit", {"MAX_RUNTIME": "2 s"}, PARALLELISM=1, QUEUE_LIMIT=4)
+    d = h.start(conf)
+    wait_until(lambda: "timed out" in d.log(), 30, message=lambda: d.tail())
+    others = h.enqueue("c", [{"plan": {"c": {"op": "finish"}}}] * 5)
+    t0 = time.monotonic()
+    wait_until(
+        lambda: all(h.row(i)["status"] == "done" for i in others),
+        30,
+        message=lambda: f"stage c's messages done: {h.counts()} {d.tail()}",
+    )
+    took = time.monotonic() - t0
+    assert took < 5, f"{took:.1f} s: the loop waited on the stuck backend's locks"
+    assert h.row(stuck)["status"] == "timeout", h.row(stuck)
+    assert "lock timeout" not in d.log().lower(), d.tail()
+
+
 def _most_at_once(runs: list) -> int:
     """The most handler runs (START..END) open at one moment, over all workers."""
     events = sorted([(r.start, 1) for r in runs] + [(r.end, -1) for r in runs])

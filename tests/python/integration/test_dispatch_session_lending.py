@@ -79,6 +79,9 @@ def test_a_recycled_worker_takes_over_its_predecessors_session_reset(h: Harness)
         (seconds if s["pid"] in firsts else firsts)[s["pid"]] = s
     for s in firsts.values():
         assert s["search_path"] == DEFAULT_SEARCH_PATH, s
+        # the server checks for its client while a statement runs, on a session
+        # passed on (reset) as on a fresh one
+        assert s["client_check"] == "1s", s
         assert s["advisory_locks"] == 0, s
         assert s["temp_table"] is False, s
     assert seconds, "no worker ran two messages"

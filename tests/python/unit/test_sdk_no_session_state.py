@@ -3,9 +3,10 @@
 Behind a pooler in transaction mode (PgBouncer) each transaction of a worker may
 run in another server session, so the SDK's SQL must not rely on one: no SET
 without LOCAL, no session advisory lock, no LISTEN, no temporary table, no
-PREPARE of its own. The one exception is the reset a worker runs before it
-gives a lent session back (``lending.RESET_SESSION``), which only undoes such
-state and never runs behind a pooler (the template lends nothing there).
+PREPARE of its own. The exceptions never run behind a pooler: the reset a
+worker runs before it gives a lent session back (``lending.RESET_SESSION``,
+which only undoes such state; the template lends nothing there) and the
+client check a direct connection gets at connect (``connection.CHECK_CLIENT``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ SESSION_STATE = re.compile(
 
 
 def offending(path: Path) -> list[str]:
-    """The string literals of ``path`` (docstrings and ``RESET_SESSION`` aside)
+    """The string literals of ``path`` (docstrings, ``RESET_SESSION`` and
+    ``CHECK_CLIENT`` aside)
     whose SQL would leave state in the session."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skip: set[int] = set()
@@ -41,7 +43,8 @@ def offending(path: Path) -> list[str]:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             skip.add(id(node.value))  # a docstring, or a bare string: no SQL run
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "RESET_SESSION" for t in node.targets
+            isinstance(t, ast.Name) and t.id in ("RESET_SESSION", "CHECK_CLIENT")
+            for t in node.targets
         ):
             skip.update(id(child) for child in ast.walk(node.value))
     return [

@@ -13,11 +13,13 @@ message -- payload, retries, stage, state -- into msg.state["echo"]), "append": 
 (a string with a NUL in msg.state: its set_state fails in the database), "insert": text
 (row in public.sdk_log through msg.db, in the message's transaction), "session": true
 (what the handler found of its database session -- worker pid, backend pid, search_path,
-advisory locks held, temporary table -- into msg.state["session"], then leaves all three
+advisory locks held, temporary table, client_connection_check_interval -- into
+msg.state["session"], then leaves all three
 changed for whoever uses the session next), "end_tx": "commit()" | "rollback()" | SQL
 (the handler ends its transaction itself: the connection's commit() or rollback(), or
 SQL such as "COMMIT" or "ROLLBACK" run on msg.db, after its "insert"), "swallow": true
-(with end_tx: the handler catches what that raises and goes on).
+(with end_tx: the handler catches what that raises and goes on), "sql_sleep": seconds
+(pg_sleep on msg.db, in the message's transaction, after its row was pinned).
 Usage: sdk_scripted_worker.py [--group-commit | --default-commit] [--stages a,b,c]
   [--log PATH] [-c CONFIG] worker
 """
@@ -54,6 +56,8 @@ def step_of(msg: Message):
         print(step["print"])
     if "sleep" in step:
         time.sleep(step["sleep"])
+    if "sql_sleep" in step:  # a handler stuck in a long statement
+        msg.db.execute("SELECT pg_sleep(%s)", (step["sql_sleep"],))
     if step.get("echo"):
         seen = {"payload": msg.payload, "retries": msg.retries, "stage": msg.stage}
         msg.state["echo"] = {**seen, "state": dict(msg.state)}
@@ -80,6 +84,7 @@ def step_of(msg: Message):
             "temp_table": msg.db.execute(
                 "SELECT to_regclass('pg_temp.lend_probe') IS NOT NULL"
             ).fetchone()[0],
+            "client_check": msg.db.execute("SHOW client_connection_check_interval").fetchone()[0],
         }
         msg.db.execute("SET search_path = pg_catalog, public")
         msg.db.execute("SELECT pg_advisory_lock(4242)")
