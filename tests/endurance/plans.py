@@ -47,13 +47,23 @@ class Probe:
 
 
 def shape(node: dict[str, Any]) -> str:
-    """A plan node and its children as text, without costs or counts."""
-    parts = [node.get("Node Type", "?")]
-    for key in ("Relation Name", "Index Name", "Scan Direction"):
+    """A plan node and its children as text, without costs or counts. A read
+    through an index is named by the index alone: a plain, an index-only and a
+    bitmap scan of one index are the same access path, and which one a generic
+    plan gets flips with the statistics autovacuum gathers (a seq scan or another
+    index is a different shape)."""
+    kind = node.get("Node Type", "?")
+    kids = node.get("Plans", [])
+    if kind == "Bitmap Heap Scan" and [k.get("Node Type") for k in kids] == ["Bitmap Index Scan"]:
+        return f"Index read relation={node.get('Relation Name')} index={kids[0].get('Index Name')}"
+    if kind in ("Index Scan", "Index Only Scan"):
+        return f"Index read relation={node.get('Relation Name')} index={node.get('Index Name')}"
+    parts = [kind]
+    for key in ("Relation Name", "Index Name"):
         if key in node:
             parts.append(f"{key.split()[0].lower()}={node[key]}")
-    kids = ",".join(shape(child) for child in node.get("Plans", []))
-    return " ".join(parts) + (f"[{kids}]" if kids else "")
+    inner = ",".join(shape(child) for child in kids)
+    return " ".join(parts) + (f"[{inner}]" if inner else "")
 
 
 def buffers(node: dict[str, Any]) -> int:
