@@ -1,4 +1,4 @@
-"""pepsi-httpd's state: one database connection, the 1 s snapshot cache, the ring of samples.
+"""pepsi-httpd's state: one database connection, the 1 s snapshot cache, the chart ring.
 
 Thread-safe: ThreadingHTTPServer serves each request in a thread; the
 connection is used under a lock (a scrape is one call, so requests wait at
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +22,12 @@ import psycopg
 from psycopg.errors import NoDataFound, ObjectNotInPrerequisiteState
 from psycopg.rows import dict_row
 
+from .ring import SampleRing
+
 log = logging.getLogger(__name__)
 
 #: Seconds a snapshot is served from memory: a scrape costs at most one query a second.
 CACHE_SECONDS = 1.0
-#: Samples kept for the charts (one per snapshot, at most one a second).
-RING_SIZE = 1800
 #: The sampler takes a snapshot this often, so the charts have a history
 #: when someone opens the dashboard (one query per SAMPLE_EVERY seconds at most).
 SAMPLE_EVERY = 5.0
@@ -75,41 +74,6 @@ class Snapshot:
     seconds: float  # how long the query took
 
 
-def _sum_histograms(hists: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """One histogram of several with the same bounds (dispatchers' service times)."""
-    out: dict[str, Any] | None = None
-    for h in hists:
-        bounds, counts = h.get("bounds") or [], h.get("counts") or []
-        if len(counts) != len(bounds) + 1:
-            continue
-        if out is None:
-            out = {"bounds": list(bounds), "counts": list(counts)}
-        elif out["bounds"] == list(bounds):
-            out["counts"] = [a + b for a, b in zip(out["counts"], counts, strict=True)]
-    return out
-
-
-def stage_samples(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per stage: processed, failures counted, and the live dispatchers' service histogram."""
-    out: dict[str, dict[str, Any]] = {}
-    for s in data.get("stage_stats") or []:
-        out[s["stage"]] = {
-            "processed": s["processed"],
-            "failures": s["failed"] + s["timeouts"] + s["crashes"],
-        }
-    hists: dict[str, list[dict[str, Any]]] = {}
-    for d in data.get("dispatchers") or []:
-        if not d.get("live"):
-            continue
-        for stage, h in ((d.get("gauges") or {}).get("service_seconds") or {}).items():
-            hists.setdefault(stage, []).append(h)
-    for stage, hs in hists.items():
-        summed = _sum_histograms(hs)
-        if summed is not None:
-            out.setdefault(stage, {"processed": 0, "failures": 0})["service"] = summed
-    return out
-
-
 def held_too_long(data: dict[str, Any], limit: float) -> list[dict[str, Any]]:
     """Stages with pending messages held off (or with no worker) for longer than ``limit`` s."""
     return [
@@ -132,7 +96,7 @@ class App:
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
         self._snap_lock = threading.Lock()
-        self.samples: deque[dict[str, Any]] = deque(maxlen=RING_SIZE)
+        self.samples = SampleRing()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
 
@@ -219,30 +183,12 @@ class App:
             rows = self.query("SELECT pepsi.dashboard_snapshot() AS s")
             snap = Snapshot(rows[0]["s"], time.monotonic(), time.monotonic() - t0)
             self._snap = snap
-            self._sample(snap.data)
+            self.samples.add(snap.data)
             return snap
 
     def invalidate(self) -> None:
         with self._snap_lock:
             self._snap = None
-
-    def _sample(self, data: dict[str, Any]) -> None:
-        stats = data.get("stage_stats") or []
-        by_status: dict[str, int] = {}
-        for q in data.get("queue") or []:
-            by_status[q["status"]] = by_status.get(q["status"], 0) + q["count"]
-        self.samples.append(
-            {
-                "t": data.get("now"),
-                "processed": sum(s["processed"] for s in stats),
-                "failed": sum(s["failed"] + s["timeouts"] + s["crashes"] for s in stats),
-                "failed_rows": sum(by_status.get(s, 0) for s in ("failed", "timeout", "expired")),
-                "done": by_status.get("done", 0),
-                "pending": by_status.get("pending", 0),
-                "running": by_status.get("running", 0),
-                "stages": stage_samples(data),
-            }
-        )
 
     # -- views ----------------------------------------------------------------------
     def graph(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -310,7 +256,7 @@ class App:
             "held_off_limit": self.held_off_limit,
             "held_too_long": held_too_long(data, self.held_off_limit),
             "failure_reasons": data.get("failure_reasons") or [],
-            "samples": list(self.samples),
+            "samples": self.samples.as_list(),
             "now": data.get("now"),
         }
 
