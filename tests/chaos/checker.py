@@ -8,11 +8,14 @@ Input is what the soak recorded (see driver.py):
   raised, so its outcome is unknown to the program);
 - ``last_alive``: for each stage-program process seen dead, the last time it
   was seen alive (a lower bound of its death; the watcher polls /proc), keyed
-  by its log file's name without ``.jsonl`` (``"STAGE-PID"``): a pid is reused
-  once the soak has started more processes than ``pid_max`` (32768 here), and a
-  later process of another stage with the same pid must not extend an earlier
-  run (a key that is a bare pid applies to that pid in any stage);
-- ``kills``: ``(pid, t)`` of every SIGKILL the soak sent;
+  by its log file's name without ``.jsonl`` (``"STAGE-PID-STARTTIME"``, the
+  events' ``proc``): a pid is reused once the soak has started more processes
+  than ``pid_max`` (32768 here), and a later process with the same pid must
+  neither extend an earlier run nor merge with it (older evidence: ``"STAGE-PID"``,
+  or a bare pid that applies to that pid in any stage);
+- ``kills``: ``(pid, t)`` of every SIGKILL the soak sent (a kill excuses only a
+  run that had started when it was sent: an earlier process with that pid
+  excuses nothing);
 - ``declared_dead``: dispatcher id -> when (a time or a list of times) another
   dispatcher's ``reset_orphans`` deleted it from the registry (it was presumed
   dead; a replica may re-register through its heartbeat and be declared dead
@@ -72,6 +75,7 @@ class Run:
     id: int
     stage: str
     pid: int
+    proc: str  # STAGE-PID-STARTTIME: one process, though pids are reused
     did: int | None
     start: float
     end: float  # math.inf when the process may still be running it
@@ -118,14 +122,15 @@ def build_runs(events: list[dict], last_alive: dict[int | str, float]) -> list[R
     message (a start with no end logged before it: a lost connection) is still
     one run; a start after an end is a new delivery (the message came back
     to the same worker, say after a pause), whose writes are its own."""
-    grouped: dict[tuple[int, str, int], list[dict]] = defaultdict(list)
+    grouped: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
     for ev in events:
-        grouped[(int(ev["id"]), ev["stage"], int(ev["pid"]))].append(ev)
+        proc = ev.get("proc") or f"{ev['stage']}-{ev['pid']}"
+        grouped[(int(ev["id"]), ev["stage"], proc)].append(ev)
     runs = []
-    for (mid, stage, pid), evs in grouped.items():
+    for (mid, stage, proc), evs in grouped.items():
         evs.sort(key=lambda e: e["t"])
         for delivery in _deliveries(evs):
-            runs.append(_run_of(mid, stage, pid, delivery, last_alive))
+            runs.append(_run_of(mid, stage, proc, delivery, last_alive))
     runs.sort(key=lambda r: (r.id, r.stage, r.start))
     return runs
 
@@ -144,12 +149,13 @@ def _deliveries(evs: list[dict]) -> list[list[dict]]:
 
 
 def _run_of(
-    mid: int, stage: str, pid: int, evs: list[dict], last_alive: dict[int | str, float]
+    mid: int, stage: str, proc: str, evs: list[dict], last_alive: dict[int | str, float]
 ) -> Run:
     ends = [e["t"] for e in evs if e["ev"] in ("end", "tx")]
     # A run ended cleanly when its last event is an end (not a start redone later).
     clean = evs[-1]["ev"] == "end"
-    seen = last_alive.get(f"{stage}-{pid}", last_alive.get(pid))
+    pid = int(evs[0]["pid"])
+    seen = last_alive.get(proc, last_alive.get(f"{stage}-{pid}", last_alive.get(pid)))
     if clean:
         end = evs[-1]["t"]
     elif seen is not None:
@@ -157,7 +163,7 @@ def _run_of(
     else:
         end = math.inf
     txs = [(e["fn"], e.get("ret"), e["t"]) for e in evs if e["ev"] == "tx"]
-    return Run(mid, stage, pid, evs[0].get("did"), evs[0]["t"], end, clean, txs)
+    return Run(mid, stage, pid, proc, evs[0].get("did"), evs[0]["t"], end, clean, txs)
 
 
 def claim_times(history: list[dict]) -> dict[tuple[int, str, int], list[float]]:
@@ -201,9 +207,9 @@ def check_overlaps(
     claims: dict[tuple[int, str, int], list[float]] | None = None,
 ) -> list[Violation]:
     claims = claims or {}
-    killed_at: dict[int, float] = {}
+    kill_times: dict[int, list[float]] = defaultdict(list)
     for pid, t in kills:
-        killed_at[pid] = min(t, killed_at.get(pid, math.inf))
+        kill_times[pid].append(t)
     out = []
     by_key: dict[tuple[int, str], list[Run]] = defaultdict(list)
     for r in runs:
@@ -214,7 +220,7 @@ def check_overlaps(
             for earlier in rs[:j]:
                 if later.start >= earlier.end:
                     continue
-                if killed_at.get(earlier.pid, math.inf) <= later.start:
+                if any(earlier.start <= t <= later.start for t in kill_times[earlier.pid]):
                     notes["overlap allowed: earlier process already killed"] += 1
                     continue
                 # Either run may be the one whose dispatcher was declared dead: a dead

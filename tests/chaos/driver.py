@@ -257,8 +257,8 @@ class Watcher(threading.Thread):
     def __init__(self, logdir: Path) -> None:
         super().__init__(daemon=True, name="watcher")
         self.logdir = logdir
-        # Keyed by log file ("STAGE-PID"), not pid: pids are reused in a long soak,
-        # and a later process of another stage must not look like this one alive.
+        # Keyed by log file ("STAGE-PID-STARTTIME"), not pid: pids are reused in a long
+        # soak, and a later process with the same pid must not look like this one alive.
         self.tracked: dict[str, tuple[int, int]] = {}  # file -> (pid, starttime)
         self.alive_at: dict[str, float] = {}
         self.dead: dict[str, float] = {}
@@ -273,13 +273,14 @@ class Watcher(threading.Thread):
                     continue
                 seen_files.add(name)
                 key = name.removesuffix(".jsonl")
-                pid = int(key.rsplit("-", 1)[1])
+                _, pid_text, start_text = key.rsplit("-", 2)
+                pid, start = int(pid_text), int(start_text)
                 st = proc_stat(pid)
-                if st is None or st[0] == "Z":
+                if st is None or st[0] == "Z" or st[2] != start:
                     mtime = (self.logdir / name).stat().st_mtime
                     self.dead[key] = mtime
                 else:
-                    self.tracked[key] = (pid, st[2])
+                    self.tracked[key] = (pid, start)
                     self.alive_at[key] = now
             for key, (pid, start) in list(self.tracked.items()):
                 st = proc_stat(pid)

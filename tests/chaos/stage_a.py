@@ -2,7 +2,7 @@
 """Chaos stage ``a``: the pipe protocol spoken by hand, SQL API through raw psycopg.
 
 Reads ids on stdin, answers one line each. For each id it logs to
-``$CHAOS_LOG/a-PID.jsonl`` (O_APPEND, one JSON object per line): ``start``,
+``$CHAOS_LOG/a-PID-STARTTIME.jsonl`` (O_APPEND, one JSON object per line): ``start``,
 ``tx`` (the transition, what it returned: true, false, or null when the
 statement raised) and ``end``. The work is a sleep; then ``pepsi.advance`` to
 ``b`` with the dispatcher id as fencing token. A payload ``{"pause": true}``
@@ -23,8 +23,18 @@ import psycopg
 
 STAGE = os.environ["PEPSI_STAGE"]
 DID = int(os.environ["PEPSI_DISPATCHER_ID"]) if os.environ.get("PEPSI_DISPATCHER_ID") else None
+
+
+def process_key() -> str:
+    """``STAGE-PID-STARTTIME``: one name per process, though a long soak reuses pids."""
+    with open("/proc/self/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    return f"{STAGE}-{os.getpid()}-{start}"
+
+
+PROC = process_key()
 LOG = os.open(
-    os.path.join(os.environ["CHAOS_LOG"], f"{STAGE}-{os.getpid()}.jsonl"),
+    os.path.join(os.environ["CHAOS_LOG"], f"{PROC}.jsonl"),
     os.O_WRONLY | os.O_CREAT | os.O_APPEND,
     0o644,
 )
@@ -36,7 +46,15 @@ stopping = False
 
 
 def log(kind: str, mid: int, **kw) -> None:
-    rec = {"ev": kind, "id": mid, "stage": STAGE, "pid": os.getpid(), "did": DID, "t": time.time()}
+    rec = {
+        "ev": kind,
+        "id": mid,
+        "stage": STAGE,
+        "pid": os.getpid(),
+        "proc": PROC,
+        "did": DID,
+        "t": time.time(),
+    }
     rec.update(kw)
     os.write(LOG, (json.dumps(rec) + "\n").encode())
 

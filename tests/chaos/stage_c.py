@@ -4,7 +4,7 @@ at the SDK's defaults (group commit; its workers are forked by the stage's templ
 
 Logs ``start`` from the handler, and ``tx``/``end`` from wrappers around the
 SDK's transition call, ``pepsi_dispatch.sdk.transaction.Scope.write`` (what the
-fencing-guarded statement returned), to ``$CHAOS_LOG/c-PID.jsonl``. Under group
+fencing-guarded statement returned), to ``$CHAOS_LOG/c-PID-STARTTIME.jsonl``. Under group
 commit (the SDK's default with the dispatcher's in-hand slot) a transition is
 logged as applied only when its batch commits (``GroupBatch.commit``).
 """
@@ -21,19 +21,31 @@ from pepsi_dispatch.worker import Finish, run
 
 STAGE = os.environ.get("PEPSI_STAGE", "c")
 DID = int(os.environ["PEPSI_DISPATCHER_ID"]) if os.environ.get("PEPSI_DISPATCHER_ID") else None
-#: pid -> its log file: opened by the process that logs, not at import, because
-#: a worker forked by the stage's template process imported this module in the
-#: template; the soak's watcher finds each worker by the pid in its file's name.
-_LOGS: dict[int, int] = {}
+#: pid -> (its process key, its log file): opened by the process that logs, not at
+#: import, because a worker forked by the stage's template process imported this
+#: module in the template; the soak's watcher finds each worker by the pid and
+#: start time in its file's name (``STAGE-PID-STARTTIME``: a long soak reuses pids).
+_LOGS: dict[int, tuple[str, int]] = {}
 
 
 def log(kind: str, mid: int, **kw) -> None:
     pid = os.getpid()
-    fd = _LOGS.get(pid)
-    if fd is None:
-        path = os.path.join(os.environ["CHAOS_LOG"], f"{STAGE}-{pid}.jsonl")
-        fd = _LOGS[pid] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    rec = {"ev": kind, "id": mid, "stage": STAGE, "pid": pid, "did": DID, "t": time.time()}
+    if pid not in _LOGS:
+        with open("/proc/self/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        proc = f"{STAGE}-{pid}-{start}"
+        path = os.path.join(os.environ["CHAOS_LOG"], f"{proc}.jsonl")
+        _LOGS[pid] = (proc, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    proc, fd = _LOGS[pid]
+    rec = {
+        "ev": kind,
+        "id": mid,
+        "stage": STAGE,
+        "pid": pid,
+        "proc": proc,
+        "did": DID,
+        "t": time.time(),
+    }
     rec.update(kw)
     os.write(fd, (json.dumps(rec) + "\n").encode())
 

@@ -268,3 +268,31 @@ def test_a_reused_pid_of_another_stage_does_not_keep_a_run_alive():
     assert kinds(verdict(events, last_alive={"a-10": 3.5})) == {"overlap": 1}
     # a bare pid still applies to every stage (older evidence files)
     assert kinds(verdict(events, last_alive={10: 900.0})) == {"overlap": 1}
+
+
+def test_a_reused_pid_in_the_same_stage_is_another_process():
+    """Process a-10 (started at tick 100) ran message 1, was killed at 0.5 and
+    never logged an end; the rerun went to pid 20 at 1.5..3.0. A later process
+    of the same stage got pid 10 again (a-10-900) and started message 1 at 2.0,
+    while pid 20 still ran it. Keyed by pid alone, both pid-10 processes were one
+    run, excused by the first one's kill: a false pass."""
+    events = [
+        ev("start", 1, "a", 10, 0.0, proc="a-10-100"),
+        ev("start", 1, "a", 20, 1.5, proc="a-20-150"),
+        ev("start", 1, "a", 10, 2.0, proc="a-10-900"),
+        ev("tx", 1, "a", 10, 2.5, proc="a-10-900", fn="advance", ret=False),
+        ev("end", 1, "a", 10, 2.6, proc="a-10-900"),
+        ev("tx", 1, "a", 20, 2.9, proc="a-20-150", fn="advance", ret=True),
+        ev("end", 1, "a", 20, 3.0, proc="a-20-150"),
+    ]
+    v = verdict(events, last_alive={"a-10-100": 0.5}, kills=[(10, 0.5)])
+    assert kinds(v) == {"overlap": 1}
+    # Without the new process the first kill still excuses the first run.
+    only_first = [e for e in events if e.get("proc") != "a-10-900"]
+    assert verdict(only_first, last_alive={"a-10-100": 0.5}, kills=[(10, 0.5)]).ok
+
+
+def test_a_kill_of_an_earlier_process_with_that_pid_excuses_nothing():
+    events = run(1, "a", 10, 1.0, 9.0, fn=None, end=False) + run(1, "a", 11, 3.0, 4.0)
+    # pid 10 was killed at 0.5: another process, before this run began.
+    assert kinds(verdict(events, last_alive={10: 3.5}, kills=[(10, 0.5)])) == {"overlap": 1}
