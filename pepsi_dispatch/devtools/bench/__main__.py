@@ -11,9 +11,11 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
+from pepsi_dispatch.devtools.bench import recycling
 from pepsi_dispatch.devtools.bench.core import latency, machine_facts, say, throughput
 from pepsi_dispatch.devtools.bench.floor import floor
 
@@ -94,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers-dir", default=".bench-peers", help="--peers: scratch folder")
     parser.add_argument("--peers-only", default="", help="--peers: regex of systems to run")
     parser.add_argument(
-        "--costs", action="store_true", help="--peers: per-message CPU, WAL, commits, fsyncs"
+        "--costs",
+        action="store_true",
+        help="--peers: per-message CPU, WAL, commits, fsyncs; the throughput run: each SDK"
+        " row's drain paired with one at a MAX_MESSAGES never reached, for the recycles,"
+        " the pass-on rate of sessions and the CPU per recycle"
+        " (see pepsi_dispatch.devtools.bench.recycling)",
     )
     parser.add_argument(
         "--cold",
@@ -154,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.floor:
             runs.append(("floor", 0))
         results: dict[tuple[str, int], list[dict[str, float]]] = {r: [] for r in runs}
-        for worker, replicas in [r for _ in range(args.repeat) for r in runs]:  # interleaved
+        recycle_costs: dict[str, list[dict[str, float]]] = {}
+        for i, (worker, replicas) in enumerate(
+            [r for _ in range(args.repeat) for r in runs]  # interleaved
+        ):
             if worker == "floor":
                 r = floor(dsn, args.messages, args.parallelism, args.queue_limit)
                 say(
@@ -165,26 +175,44 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 results[(worker, replicas)].append(r)
                 continue
-            r = throughput(
-                dsn,
-                worker,
-                args.messages,
-                args.stages,
-                args.parallelism,
-                args.queue_limit,
-                args.timeout,
-                live=args.live,
-                max_messages=args.max_messages,
-                replicas=replicas,
-            )
-            label = row_label(worker, replicas)
-            say(
-                f"  {label:<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
-                f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
-                f" stage_runs {r['stage_runs']}, not done {r['failed']},"
-                f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
-            )
+            costs = args.costs and worker in recycling.SDK_WORKERS
+            # --costs: the same drain with no recycle, first in every other round
+            order = [args.max_messages, recycling.NEVER] if costs else [args.max_messages]
+            if costs and (i // len(runs)) % 2:
+                order.reverse()
+            drains: dict[int, dict[str, Any]] = {}
+            for max_messages in order:
+                r = throughput(
+                    dsn,
+                    worker,
+                    args.messages,
+                    args.stages,
+                    args.parallelism,
+                    args.queue_limit,
+                    args.timeout,
+                    live=args.live,
+                    max_messages=max_messages,
+                    replicas=replicas,
+                    costs=costs,
+                )
+                drains[max_messages] = r
+                label = row_label(worker, replicas)
+                if max_messages == recycling.NEVER:
+                    label += " (base)"
+                say(
+                    f"  {label:<11} {r['elapsed']:7.2f} s  {r['msg_per_s']:8.0f} messages/s"
+                    f"  {r['runs_per_s']:8.0f} stage runs/s  (enqueue {r['enqueue']:.2f} s,"
+                    f" stage_runs {r['stage_runs']}, not done {r['failed']},"
+                    f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
+                )
+                if costs:
+                    say(recycling.drain_line(r["drain"]))
+            r = drains[args.max_messages]
             results[(worker, replicas)].append(r)
+            if costs:
+                pair = recycling.per_recycle(r["drain"], drains[recycling.NEVER]["drain"])
+                recycle_costs.setdefault(row_label(worker, replicas), []).append(pair)
+                say(recycling.pair_line(pair))
         if args.repeat > 1 or len(counts) > 1 or args.floor:
             say(f"  median of {args.repeat} interleaved runs:")
             for (worker, replicas), rs in results.items():
@@ -212,6 +240,14 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     line += f"  ({statistics.median(ratios):.2f}× one dispatcher)"
                 say(line)
+        if recycle_costs:
+            say(
+                f"  recycling at MAX_MESSAGES {args.max_messages}, against the same drain"
+                f" with no recycle (median of {args.repeat} round(s);"
+                f" load {os.getloadavg()[0]:.1f}):"
+            )
+            for label, pairs in recycle_costs.items():
+                say(recycling.summary_line(label, pairs))
     if args.latency > 0 and args.latency_peer:
         return latency_against_graphile(dsn, args.latency, args.runs, Path(args.peers_dir))
     if args.latency > 0:

@@ -39,6 +39,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pepsi_dispatch.devtools.bench import recycling
+from pepsi_dispatch.devtools.bench.recycling import EVENTS_HOOK
 from pepsi_dispatch.devtools.demo import dispatcher_command
 from pepsi_dispatch.enqueue import enqueue_many
 
@@ -57,6 +59,7 @@ stages = os.environ["PEPSI_BENCH_STAGES"].split(",")
 handlers = {{s: noop for s in stages}}
 if os.environ.get("PEPSI_BENCH_LATENCY"):
     handlers = {{s: latency for s in stages}}
+{events_hook}
 run(handlers{group_commit})
 """
 
@@ -180,9 +183,15 @@ class Setup:
         self.stages = stages
         python = sys.executable
         programs = {
-            "sdk-default": SDK_WORKER.format(python=python, group_commit=""),
-            "sdk": SDK_WORKER.format(python=python, group_commit=", group_commit=False"),
-            "sdk-gc": SDK_WORKER.format(python=python, group_commit=", group_commit=True"),
+            "sdk-default": SDK_WORKER.format(
+                python=python, group_commit="", events_hook=EVENTS_HOOK
+            ),
+            "sdk": SDK_WORKER.format(
+                python=python, group_commit=", group_commit=False", events_hook=EVENTS_HOOK
+            ),
+            "sdk-gc": SDK_WORKER.format(
+                python=python, group_commit=", group_commit=True", events_hook=EVENTS_HOOK
+            ),
             "raw": RAW_WORKER.format(python=python),
             "raw-fork": RAW_FORK_WORKER.format(python=python),
         }
@@ -231,8 +240,10 @@ def clean(conn: psycopg.Connection) -> None:
         pass  # not the owner: fine, just less repeatable
 
 
-def start(setup: Setup, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    cmd = [*dispatcher_command(), "-c", str(setup.conf), "-L", "WARNING", "-l", str(log), "serve"]
+def start(
+    setup: Setup, env: dict[str, str], log: Path, level: str = "WARNING"
+) -> subprocess.Popen[bytes]:
+    cmd = [*dispatcher_command(), "-c", str(setup.conf), "-L", level, "-l", str(log), "serve"]
     proc = subprocess.Popen(
         cmd,
         env=env,
@@ -295,8 +306,12 @@ def throughput(
     live: bool = False,
     max_messages: int = 1_000_000,
     replicas: int = 0,
-) -> dict[str, float]:
+    costs: bool = False,
+) -> dict[str, Any]:
     """One throughput run; returns its numbers.
+
+    ``costs`` (an SDK worker): the run's recycling counts and CPU as well,
+    under ``"drain"`` (a :class:`.recycling.Drain`; the dispatcher logs at INFO).
 
     ``replicas`` > 0: that many competing dispatchers (``COMPETING = YES``) share
     the stages, each with ``parallelism // replicas`` workers per stage, so the
@@ -320,13 +335,22 @@ def throughput(
         clean(conn)
         runs0, msgs0 = _dispatch_stats(conn)
         logs = [Path(tmp) / f"dispatcher-{i}.log" for i in range(max(1, replicas))]
+        env = setup.env(dsn)
+        level = "WARNING"
+        events = Path(tmp) / "events"
+        if costs:
+            env[recycling.EVENTS_ENV] = str(events)
+            level = "INFO"  # the recycles are counted in the log
+            postmaster = recycling.postmaster(conn)
+            sessions0 = recycling.sessions(conn)
+            pg0 = recycling.pg_cpu(postmaster)
 
         def clock() -> Any:
             return conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
 
         procs: list[subprocess.Popen[bytes]] = []
         if live:
-            procs = [start(setup, setup.env(dsn), one) for one in logs]
+            procs = [start(setup, env, one, level) for one in logs]
             t_start = clock()
         else:
             t0 = clock()
@@ -336,12 +360,20 @@ def throughput(
             if not live:
                 conn.execute("ANALYZE pepsi.workqueue")
                 t_start = clock()
-                procs = [start(setup, setup.env(dsn), one) for one in logs]
+                procs = [start(setup, env, one, level) for one in logs]
             first, last = ids[0], ids[-1]
             deadline = time.monotonic() + timeout
             while True:
                 time.sleep(0.2)
                 if not _unfinished(conn, stages, first, last):
+                    if costs:
+                        drained_at = time.time()
+                        trees = [recycling.tree_cpu(proc.pid) for proc in procs]
+                        pg1 = recycling.pg_cpu(postmaster)
+                        noted = recycling.read_events(
+                            events.read_text() if events.exists() else "", drained_at
+                        )
+                        templates = sum(map(recycling.own_and_reaped_cpu, noted.templates))
                     break
                 for proc, one in zip(procs, logs, strict=True):
                     if proc.poll() is not None:
@@ -363,7 +395,20 @@ def throughput(
         rc = next((c for c in codes if c != 0), 0) if procs else -1
         runs1, msgs1 = _dispatch_stats(conn)
         elapsed = (t_end - t_start).total_seconds()
+        extra: dict[str, Any] = {}
+        if costs:
+            _backends_gone(conn)
+            extra["drain"] = recycling.Drain(
+                recycles=sum(recycling.count_recycles(one.read_text()) for one in logs),
+                events=noted,
+                service_cpu=sum(tree for _, tree in trees),
+                dispatcher_cpu=sum(own for own, _ in trees),
+                pg_cpu=pg1 - pg0,
+                sessions=recycling.sessions(conn) - sessions0,
+                template_cpu=templates,
+            )
         return {
+            **extra,
             "elapsed": elapsed,
             "enqueue": (t_enq - (t_start if live else t0)).total_seconds(),
             "msg_per_s": messages / elapsed,
@@ -373,6 +418,21 @@ def throughput(
             "failed": failed,
             "exit": -1 if rc is None else rc,
         }
+
+
+def _backends_gone(conn: psycopg.Connection, timeout: float = 10.0) -> None:
+    """Wait until no other client session is on this database (the stopped
+    dispatcher's workers and templates have ended: their statistics, such as
+    pg_stat_database.sessions, are in)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchone()
+        if row is not None and row[0] == 0:
+            return
+        time.sleep(0.1)
 
 
 def summarize_latency(samples: list[float], enqueues: list[float], cold: float) -> dict[str, float]:

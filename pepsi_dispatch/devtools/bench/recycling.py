@@ -1,0 +1,294 @@
+"""``bench --costs`` on the throughput run: what a recycled SDK worker costs.
+
+Each SDK row's drain (MAX_MESSAGES as given) is paired with the same drain at
+a MAX_MESSAGES no worker reaches (the *base*), in the same round, the order
+alternating from round to round. Per pair:
+
+* **recycles**: workers the dispatcher stopped at MAX_MESSAGES, counted in its
+  log (run at INFO for these drains: ``stopped (MAX_MESSAGES (N) reached)``);
+* **backends started by recycling**: the stage program's successful
+  ``psycopg.connect`` calls up to the drain's end (probe worker, workers,
+  templates: each one is a new PostgreSQL backend), minus the base's (its probe
+  and its first burst, the same in both drains). The bench's SDK program notes
+  each in an events file (:data:`EVENTS_ENV`; one appended line per connect and
+  per fork). The server's own count, ``pg_stat_database.sessions``, read once
+  the dispatcher has stopped and its backends have ended, is printed beside it
+  as a check (it also counts the dispatcher's sessions and whatever the
+  shutdown opened);
+* **pass-on rate**: 1 - backends started by recycling / recycles: the share of
+  recycles that started no backend. A replacement that connected itself is one
+  backend; so is a session the template opened for a worker that had none to
+  give back (it is lent next, but it is a new backend all the same);
+* **forks lent a session**: of the template's forks, those that took a waiting
+  session (the template's view; it counts the template's own connects as lent);
+* **CPU per recycle**: (CPU of the drain - CPU of the base) / recycles, where
+  CPU is the dispatcher's process tree (the dispatcher, its templates, its
+  workers, live or reaped: /proc) plus the PostgreSQL postmaster's tree (every
+  backend, live or reaped, and the server's background processes), from the
+  dispatcher's start to the drain's end. Both drains handle the same messages,
+  so what differs is what recycling costs (and noise: a few per cent of the
+  drain's CPU, which is large against a few milliseconds per recycle; read the
+  per-pair figures, or raise the recycle count with a smaller --max-messages).
+  The server tree counts other databases' backends too: keep the server quiet.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+#: Where the bench's SDK program notes its connects and its template's forks.
+EVENTS_ENV = "PEPSI_BENCH_EVENTS"
+#: MAX_MESSAGES of the base drain: no worker reaches it.
+NEVER = 1_000_000_000
+#: SDK rows of the throughput run (the ones with a template that lends sessions).
+SDK_WORKERS = ("sdk-default", "sdk", "sdk-gc")
+
+#: The block the bench's SDK program runs before ``run()`` when EVENTS_ENV is set:
+#: one line per successful connect (``connect``) in any of its processes, per fork
+#: of its template (``lent`` when a waiting session went with the worker, else
+#: ``unlent``), and per worker at its first message (``start`` and the worker's
+#: CPU seconds so far, ``time.process_time()``: a forked process's count starts
+#: at 0; ``os.times()`` counts 10 ms ticks). A few system calls
+#: per worker started, and one test per message.
+EVENTS_HOOK = f"""
+_events = os.environ.get("{EVENTS_ENV}")
+if _events:
+    import psycopg
+    from pepsi_dispatch.sdk import lending as _lending
+
+    def _note(what):
+        fd = os.open(_events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, ("%.6f %d %s\\n" % (time.time(), os.getpid(), what)).encode())
+        finally:
+            os.close(fd)
+
+    _connect = psycopg.connect
+
+    def _noted_connect(*args, **kwargs):
+        conn = _connect(*args, **kwargs)
+        _note("connect")
+        return conn
+
+    psycopg.connect = _noted_connect
+    _take = _lending.Lender.take
+
+    def _noted_take(self, now):
+        loan = _take(self, now)
+        _note("lent" if loan is not None and loan.conn is not None else "unlent")
+        return loan
+
+    _lending.Lender.take = _noted_take
+    _first = [True]  # in the template, so in each worker it forks
+
+    def _noting(handler):
+        def noted(msg):
+            if _first[0]:
+                _first[0] = False
+                _note("start %.6f" % time.process_time())
+            return handler(msg)
+
+        return noted
+
+    handlers = {{s: _noting(h) for s, h in handlers.items()}}
+"""
+
+_RECYCLED = re.compile(r"stopped \(MAX_MESSAGES \(\d+\) reached\)")
+
+
+def count_recycles(log_text: str) -> int:
+    """Workers the dispatcher's log (INFO) says it stopped at MAX_MESSAGES."""
+    return len(_RECYCLED.findall(log_text))
+
+
+@dataclass
+class Events:
+    """What the stage program noted up to the drain's end."""
+
+    connects: int = 0
+    lent: int = 0
+    unlent: int = 0
+    #: workers that reached their first message, and their CPU seconds until then
+    started: int = 0
+    startup_cpu: float = 0.0
+    #: pids of the template processes (the ones that forked)
+    templates: set[int] = field(default_factory=set)
+
+    @property
+    def forks(self) -> int:
+        return self.lent + self.unlent
+
+
+def read_events(text: str, until: float) -> Events:
+    """The events file's lines up to ``until`` (time.time()); later ones (the
+    shutdown's) are not the drain's."""
+    out = Events()
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3 or float(parts[0]) > until:
+            continue
+        what = parts[2]
+        if what == "connect":
+            out.connects += 1
+        elif what in ("lent", "unlent"):
+            out.templates.add(int(parts[1]))
+            if what == "lent":
+                out.lent += 1
+            else:
+                out.unlent += 1
+        elif what == "start" and len(parts) == 4:
+            out.started += 1
+            out.startup_cpu += float(parts[3])
+    return out
+
+
+@dataclass
+class Drain:
+    """One drain's counts for ``--costs``."""
+
+    recycles: int
+    events: Events
+    #: CPU seconds from the dispatcher's start to the drain's end
+    service_cpu: float
+    dispatcher_cpu: float
+    pg_cpu: float
+    #: pg_stat_database.sessions delta over the whole run (shutdown included)
+    sessions: int = -1
+    #: CPU seconds of the template processes (their middle processes included)
+    template_cpu: float = 0.0
+
+    @property
+    def cpu(self) -> float:
+        return self.service_cpu + self.pg_cpu
+
+
+def per_recycle(run: Drain, base: Drain) -> dict[str, float]:
+    """A drain against its base: CPU per recycle (ms, in all and by part),
+    backends started per recycle, the pass-on rate and the share of forks lent
+    a session. NaN where there was no recycle."""
+    n = run.recycles - base.recycles
+    if n <= 0:
+        nan = float("nan")
+        return dict.fromkeys(
+            (
+                "cpu_ms",
+                "dispatcher_ms",
+                "workers_ms",
+                "pg_ms",
+                "startup_ms",
+                "template_ms",
+                "backends",
+                "pass_on",
+                "lent",
+            ),
+            nan,
+        )
+    backends = run.events.connects - base.events.connects
+    return {
+        "recycles": float(n),
+        "cpu_ms": (run.cpu - base.cpu) / n * 1e3,
+        "dispatcher_ms": (run.dispatcher_cpu - base.dispatcher_cpu) / n * 1e3,
+        "workers_ms": (
+            (run.service_cpu - run.dispatcher_cpu) - (base.service_cpu - base.dispatcher_cpu)
+        )
+        / n
+        * 1e3,
+        "pg_ms": (run.pg_cpu - base.pg_cpu) / n * 1e3,
+        # direct, and partial: the replacements' CPU from fork to first message,
+        # and the templates' CPU (forking), against the base's
+        "startup_ms": (run.events.startup_cpu - base.events.startup_cpu) / n * 1e3,
+        "template_ms": (run.template_cpu - base.template_cpu) / n * 1e3,
+        "backends": backends / n,
+        "pass_on": 1.0 - backends / n,
+        "lent": run.events.lent / run.events.forks if run.events.forks else float("nan"),
+    }
+
+
+def postmaster(conn: psycopg.Connection) -> int:
+    """The server's postmaster pid when it runs on this machine (0 if not seen)."""
+    try:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(stat[1])
+    except (OSError, psycopg.Error, IndexError, ValueError):
+        return 0
+
+
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """(own, whole tree) CPU seconds of process ``pid`` (peer_drivers.tree_cpu;
+    imported here, as peer_drivers imports core, which imports this module)."""
+    from pepsi_dispatch.devtools.bench.peer_drivers import tree_cpu as cpu
+
+    return cpu(pid)
+
+
+def own_and_reaped_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and of its children it reaped (0 if gone)."""
+    from pepsi_dispatch.devtools.bench.peer_drivers import _proc_cpu
+
+    own, reaped = _proc_cpu(pid)
+    return own + reaped
+
+
+def pg_cpu(pid: int) -> float:
+    """CPU seconds of the postmaster's tree (NaN when not on this machine)."""
+    return tree_cpu(pid)[1] if pid else float("nan")
+
+
+def sessions(conn: psycopg.Connection) -> int:
+    """pg_stat_database.sessions of the current database."""
+    row = conn.execute(
+        "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def summary_line(label: str, pairs: list[dict[str, float]]) -> str:
+    """The median over rounds of each pair's figures, and each round's CPU."""
+    good = [p for p in pairs if p.get("recycles", 0) > 0]
+    if not good:
+        return f"  {label:<11} no recycle (MAX_MESSAGES not reached)"
+
+    def med(key: str) -> float:
+        return statistics.median(p[key] for p in good)
+
+    each = " / ".join(f"{p['cpu_ms']:.1f}" for p in good)
+    return (
+        f"  {label:<11} {med('recycles'):5.0f} recycles  pass-on {med('pass_on') * 100:5.1f}%"
+        f" ({med('backends'):.2f} new backends per recycle; forks lent a session"
+        f" {med('lent') * 100:.0f}%)  CPU per recycle {med('cpu_ms'):6.1f} ms ({each})"
+        f" = dispatcher {med('dispatcher_ms'):.1f} + templates and workers"
+        f" {med('workers_ms'):.1f} + PostgreSQL {med('pg_ms'):.1f}; directly:"
+        f" start-up {med('startup_ms'):.1f} + fork {med('template_ms'):.1f}"
+    )
+
+
+def drain_line(d: Drain) -> str:
+    """One drain's counts."""
+    return (
+        f"      recycles {d.recycles}, stage program connects {d.events.connects}"
+        f" (server sessions {d.sessions}), template forks {d.events.forks}"
+        f" (lent a session {d.events.lent}); CPU to the drain's end: dispatcher"
+        f" {d.dispatcher_cpu:.2f} s, templates and workers"
+        f" {d.service_cpu - d.dispatcher_cpu:.2f} s (templates {d.template_cpu:.2f} s,"
+        f" {d.events.started} workers' start-up {d.events.startup_cpu:.2f} s),"
+        f" PostgreSQL {d.pg_cpu:.2f} s"
+    )
+
+
+def pair_line(p: dict[str, float]) -> str:
+    """One pair's figures (a drain against its base)."""
+    if not p.get("recycles", 0) > 0:
+        return "      no recycle (MAX_MESSAGES not reached)"
+    return (
+        f"      per recycle: pass-on {p['pass_on'] * 100:.1f}% ({p['backends']:.2f} new"
+        f" backends), CPU {p['cpu_ms']:.1f} ms = dispatcher {p['dispatcher_ms']:.1f}"
+        f" + templates and workers {p['workers_ms']:.1f} + PostgreSQL {p['pg_ms']:.1f};"
+        f" measured directly: a replacement's start-up {p['startup_ms']:.1f}"
+        f" + the template's fork {p['template_ms']:.1f}"
+    )
