@@ -1638,6 +1638,69 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pepsi.metrics() RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    snap jsonb := pepsi.dashboard_snapshot();
+    out text := '';
+    fam record;
+BEGIN
+    FOR fam IN
+        SELECT * FROM (VALUES
+            (1, 'processed', 'Messages a stage processed successfully.'),
+            (2, 'failed', 'Messages that failed at a stage.'),
+            (3, 'timeouts', 'Messages that hit MAX_RUNTIME at a stage.'),
+            (4, 'crashes', 'Worker crashes at a stage.'),
+            (5, 'processing_seconds', 'Seconds workers of a stage spent on messages.')
+        ) AS v(ord, col, help)
+        ORDER BY ord
+    LOOP
+        out := out || format(E'# HELP pepsi_stage_%s_total %s\n# TYPE pepsi_stage_%s_total counter\n',
+                             fam.col, fam.help, fam.col);
+        out := out || coalesce((
+            SELECT string_agg(format(E'pepsi_stage_%s_total{stage="%s"} %s\n',
+                                     fam.col, s ->> 'stage', s ->> fam.col),
+                              '' ORDER BY s ->> 'stage')
+              FROM jsonb_array_elements(snap -> 'stage_stats') AS s), '');
+    END LOOP;
+
+    FOR fam IN
+        SELECT * FROM (VALUES
+            (1, 'stage_runs', 'Stage executions, fused ones included.'),
+            (2, 'messages', 'Message ids handed to workers.'),
+            (3, 'failed', 'Messages failed, all stages.'),
+            (4, 'timeouts', 'Messages timed out, all stages.'),
+            (5, 'crashes', 'Worker crashes, all stages.'),
+            (6, 'requeued', 'Paused messages flipped back to pending.'),
+            (7, 'expired', 'Messages expired (older than EXPIRY).')
+        ) AS v(ord, name, help)
+        ORDER BY ord
+    LOOP
+        out := out || format(E'# HELP pepsi_queue_%s_total %s\n# TYPE pepsi_queue_%s_total counter\npepsi_queue_%s_total %s\n',
+                             fam.name, fam.help, fam.name, fam.name,
+                             coalesce(snap -> 'totals' ->> fam.name, '0'));
+    END LOOP;
+
+    out := out || E'# HELP pepsi_queue_depth Rows in pepsi.workqueue by stage and status.\n'
+               || E'# TYPE pepsi_queue_depth gauge\n'
+               || coalesce((
+                   SELECT string_agg(format(E'pepsi_queue_depth{stage="%s",status="%s"} %s\n',
+                                            q ->> 'stage', q ->> 'status', q ->> 'count'),
+                                     '' ORDER BY q ->> 'stage', q ->> 'status')
+                     FROM jsonb_array_elements(snap -> 'queue') AS q), '');
+
+    out := out || E'# HELP pepsi_queue_retries_due Paused rows whose time has come (requeue_due flips them to pending).\n'
+               || E'# TYPE pepsi_queue_retries_due gauge\n'
+               || coalesce((
+                   SELECT string_agg(format(E'pepsi_queue_retries_due{stage="%s"} %s\n',
+                                            d.key, d.value), '' ORDER BY d.key)
+                     FROM jsonb_each_text(snap -> 'retries_due') AS d), '');
+    RETURN out;
+END
+$$;
+
 CREATE FUNCTION pepsi.note_traceback(id bigint, from_stage text, traceback text, dispatcher_id bigint DEFAULT NULL::bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -3001,6 +3064,11 @@ REVOKE ALL ON FUNCTION pepsi.message_story(id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.message_story(id bigint) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.message_story(id bigint) TO pepsi_operator;
 GRANT ALL ON FUNCTION pepsi.message_story(id bigint) TO pepsi_dashboard;
+
+REVOKE ALL ON FUNCTION pepsi.metrics() FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.metrics() TO pepsi_dispatcher;
+GRANT ALL ON FUNCTION pepsi.metrics() TO pepsi_operator;
+GRANT ALL ON FUNCTION pepsi.metrics() TO pepsi_dashboard;
 
 REVOKE ALL ON FUNCTION pepsi.note_traceback(id bigint, from_stage text, traceback text, dispatcher_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.note_traceback(id bigint, from_stage text, traceback text, dispatcher_id bigint) TO pepsi_stage;

@@ -149,6 +149,12 @@ GRANT EXECUTE ON FUNCTION
     pepsi.dashboard_schedules()
 TO pepsi_dashboard;
 
+-- Prometheus text for any HTTP front end (pepsi-httpd renders the same
+-- families from dashboard_snapshot itself).
+GRANT EXECUTE ON FUNCTION
+    pepsi.metrics()
+TO pepsi_dispatcher, pepsi_operator, pepsi_dashboard;
+
 -- Operators read the tables directly under the dispatcher's role; the
 -- dispatcher itself reads none (tests/python/unit/test_sql_no_table_access.py).
 GRANT SELECT ON ALL TABLES IN SCHEMA pepsi TO pepsi_dispatcher;

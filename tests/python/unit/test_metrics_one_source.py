@@ -1,11 +1,12 @@
-"""The Prometheus text has one renderer, pepsi-httpd's, and one list of its families.
+"""The Prometheus families have one list and one meaning.
 
-``pepsi_dispatch/httpd/exposition.py`` writes every family and its help text;
-no SQL function renders Prometheus text (``pepsi.metrics()`` did, with every
-help text typed a second time, and its ``pepsi_dispatchers`` had come to mean
-something else). The table of docs/OPERATIONS.md ("/metrics (Grafana-ready
-list)") names exactly the families the renderer writes, with their types and
-labels. No database.
+``pepsi_dispatch/httpd/exposition.py`` writes every family and its help text.
+The one SQL function that renders Prometheus text is the contract's
+``pepsi.metrics()``, and its help texts are exposition.py's (here, from the
+file; the samples are compared against a database in
+tests/python/integration/test_metrics_sql_parity.py). The table of
+docs/OPERATIONS.md ("/metrics (Grafana-ready list)") names exactly the families
+the renderer writes, with their types and labels. No database.
 """
 
 from __future__ import annotations
@@ -84,8 +85,24 @@ def documented(markdown: str) -> set[Family]:
     return out
 
 
-def test_no_sql_function_renders_prometheus_text() -> None:
-    assert prometheus_in_sql(ROOT / "sql" / "functions") == []
+def test_only_the_contracts_metrics_renders_prometheus_text_in_sql() -> None:
+    assert prometheus_in_sql(ROOT / "sql" / "functions") == ["metrics.sql"]
+
+
+def sql_help_texts(text: str) -> list[tuple[str, str]]:
+    """(column, help text) of the ``(N, 'column', 'help')`` rows of metrics.sql, in order."""
+    return re.findall(r"\(\d+, '([a-z_]+)', '([^']*)'\)", text)
+
+
+def test_the_sql_help_texts_are_exposition_s() -> None:
+    got = sql_help_texts((ROOT / "sql" / "functions" / "metrics.sql").read_text())
+    assert got == [*exposition.STAGE_COUNTERS, *exposition.GLOBAL_COUNTERS]
+
+
+def test_the_help_text_check_sees_a_difference() -> None:
+    text = "(1, 'processed', 'Messages a stage processed.')"
+    assert sql_help_texts(text) == [("processed", "Messages a stage processed.")]
+    assert sql_help_texts(text) != list(exposition.STAGE_COUNTERS[:1])
 
 
 def test_the_sql_check_sees_a_renderer(tmp_path: Path) -> None:
