@@ -19,6 +19,12 @@ alternating from round to round. Per pair:
   recycles that started no backend. A replacement that connected itself is one
   backend; so is a session the template opened for a worker that had none to
   give back (it is lent next, but it is a new backend all the same);
+* **pass-on after the first generation**: the same without the first
+  generation's recycles, 1 - (backends - F) / (recycles - F), F being the
+  base's forks: a cold stage's first workers connect themselves (a burst
+  connects in parallel; nothing is lent yet), so each of their recycles starts
+  a backend whatever the lending does (the session opened for the next
+  worker), once per template. What a long-running dispatcher converges to;
 * **forks lent a session**: of the template's forks, those that took a waiting
   session (the template's view; it counts the template's own connects as lent);
 * **CPU per recycle**: (CPU of the drain - CPU of the base) / recycles, where
@@ -184,6 +190,7 @@ def per_recycle(run: Drain, base: Drain) -> dict[str, float]:
                 "template_ms",
                 "backends",
                 "pass_on",
+                "pass_on_later",
                 "lent",
             ),
             nan,
@@ -205,6 +212,11 @@ def per_recycle(run: Drain, base: Drain) -> dict[str, float]:
         "template_ms": (run.template_cpu - base.template_cpu) / n * 1e3,
         "backends": backends / n,
         "pass_on": 1.0 - backends / n,
+        "pass_on_later": (
+            1.0 - (backends - base.events.forks) / (n - base.events.forks)
+            if n > base.events.forks
+            else float("nan")
+        ),
         "lent": run.events.lent / run.events.forks if run.events.forks else float("nan"),
     }
 
@@ -260,7 +272,8 @@ def summary_line(label: str, pairs: list[dict[str, float]]) -> str:
     each = " / ".join(f"{p['cpu_ms']:.1f}" for p in good)
     return (
         f"  {label:<11} {med('recycles'):5.0f} recycles  pass-on {med('pass_on') * 100:5.1f}%"
-        f" ({med('backends'):.2f} new backends per recycle; forks lent a session"
+        f" ({med('backends'):.2f} new backends per recycle; after the first generation"
+        f" {med('pass_on_later') * 100:.1f}%; forks lent a session"
         f" {med('lent') * 100:.0f}%)  CPU per recycle {med('cpu_ms'):6.1f} ms ({each})"
         f" = dispatcher {med('dispatcher_ms'):.1f} + templates and workers"
         f" {med('workers_ms'):.1f} + PostgreSQL {med('pg_ms'):.1f}; directly:"
@@ -287,7 +300,8 @@ def pair_line(p: dict[str, float]) -> str:
         return "      no recycle (MAX_MESSAGES not reached)"
     return (
         f"      per recycle: pass-on {p['pass_on'] * 100:.1f}% ({p['backends']:.2f} new"
-        f" backends), CPU {p['cpu_ms']:.1f} ms = dispatcher {p['dispatcher_ms']:.1f}"
+        f" backends; after the first generation {p['pass_on_later'] * 100:.1f}%),"
+        f" CPU {p['cpu_ms']:.1f} ms = dispatcher {p['dispatcher_ms']:.1f}"
         f" + templates and workers {p['workers_ms']:.1f} + PostgreSQL {p['pg_ms']:.1f};"
         f" measured directly: a replacement's start-up {p['startup_ms']:.1f}"
         f" + the template's fork {p['template_ms']:.1f}"

@@ -80,6 +80,9 @@ def test_a_drain_against_its_base() -> None:
     assert p["recycles"] == 20
     assert p["backends"] == pytest.approx(0.25)
     assert p["pass_on"] == pytest.approx(0.75)
+    # the base's 4 first workers connected themselves: their 4 recycles are not
+    # counted, nor the 4 backends they cost; 15 of the other 16 passed theirs on
+    assert p["pass_on_later"] == pytest.approx(1 - 1 / 16)
     assert p["lent"] == pytest.approx(17 / 24)
     assert p["cpu_ms"] == pytest.approx(20.0)  # (10.3 + 9.1 - 19.0) s / 20
     assert p["dispatcher_ms"] == pytest.approx(1.0)
