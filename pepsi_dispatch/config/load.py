@@ -348,6 +348,9 @@ def _build_schedules(
                 "EVERY" if both else None,
                 opts.get("EVERY") if both else None,
             )
+        catch_up = values.pop("catch_up", None)
+        if catch_up is not None:
+            values["catch_up"], values["catch_up_ticks"] = catch_up.seconds, catch_up.ticks
         schedules[name] = ScheduleConfig(name=name, **values)
     return schedules
 

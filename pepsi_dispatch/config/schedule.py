@@ -7,7 +7,7 @@ A schedule enqueues one message at STAGE on every tick::
     PAYLOAD = {"kind": "nightly"}
     CRON = 30 2 * * *            # standard 5 fields: minute hour day month weekday
     TIMEZONE = Europe/Berlin     # of CRON (default UTC)
-    CATCH_UP = 6 h               # after downtime, enqueue missed ticks this far back
+    CATCH_UP = 6 h               # after downtime, missed ticks this far back (or N: that many)
     PRIORITY = 5
     DEDUPE_KEY = nightly-report  # no new tick while the last one's message is live
 
@@ -20,18 +20,21 @@ not by our own parser: its daylight-saving rules (a time that does not exist
 fires once, at the jump; a repeated hour fires once) are cron's.
 
 Which ticks a dispatcher enqueues (``missed_ticks``): whenever a tick is due,
-the ticks after the last one settled (the database records what is settled)
-that are not older than CATCH_UP -- and when none is that young, only the
-latest one (CATCH_UP 0, the default: the current tick, once). The same bound
-holds for every gap, whatever caused it: a stop, a reload, a reconnect, a
-frozen process, a suspended host, a clock step. A dispatcher that keeps up
-fires each tick as it comes, which is the latest one then.
+the latest tick and, of the ticks missed since the last one settled (the
+database records what is settled), at most CATCH_UP: ``CATCH_UP = N`` (a bare
+number) the N youngest missed ticks, ``CATCH_UP = 6 h`` (a duration, with its
+unit) those not older than that. CATCH_UP 0, the default: the current tick,
+once. The same bound holds for every gap, whatever caused it: a stop, a
+reload, a reconnect, a frozen process, a suspended host, a clock step. A
+dispatcher that keeps up fires each tick as it comes, which is the latest one
+then.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,18 +46,24 @@ from pepsi_dispatch.config.ini import BadValue as _Bad
 from pepsi_dispatch.config.values import _time_value
 
 __all__ = [
+    "MAX_CATCH_UP_TICKS",
     "MAX_TICKS_PER_CALL",
+    "CatchUp",
     "latest_tick",
     "ScheduleConfig",
     "missed_ticks",
     "next_tick",
     "ticks_between",
+    "youngest_ticks",
 ]
 
 #: At most this many ticks are enqueued by one call (a long CATCH_UP of a
 #: frequent schedule is worked off over several wakes).
 MAX_TICKS_PER_CALL = 1000
+#: The largest ``CATCH_UP = N`` (a count of missed ticks).
+MAX_CATCH_UP_TICKS = 100_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,8 @@ class ScheduleConfig:
     cron: str | None = None  # 5 fields
     every: float | None = None  # seconds, >= 1
     timezone: str = "UTC"
-    catch_up: float = 0.0  # seconds
+    catch_up: float = 0.0  # seconds: CATCH_UP given as a duration
+    catch_up_ticks: int = 0  # CATCH_UP given as a bare number: missed ticks
     priority: int = 0
     dedupe_key: str | None = None
 
@@ -151,9 +161,40 @@ def dedupe_key_opt(text: str) -> str | None:
     return key or None
 
 
-def catch_up_opt(text: str) -> float:
-    """CATCH_UP: a duration, 0 or more."""
-    return _time_value(text)
+@dataclass(frozen=True)
+class CatchUp:
+    """CATCH_UP as written: a number of missed ticks, or a duration (seconds)."""
+
+    ticks: int = 0
+    seconds: float = 0.0
+
+
+def catch_up_opt(text: str) -> CatchUp:
+    """CATCH_UP: ``N`` (at most N missed ticks besides the current one) or a
+    duration with its unit (the missed ticks not older than that)."""
+    s = text.strip()
+    if _WHOLE_NUMBER.fullmatch(s):
+        n = int(s)
+        if n > MAX_CATCH_UP_TICKS:
+            raise _Bad(
+                f"at most {MAX_CATCH_UP_TICKS} missed ticks; for a time span give a unit,"
+                " e.g. '6 h'"
+            )
+        return CatchUp(ticks=n)
+    try:
+        seconds = _time_value(s)
+    except _Bad:
+        raise _Bad(
+            "a number of missed ticks (e.g. 3) or a duration with its unit (e.g. '6 h')"
+        ) from None
+    if not any(c.isalpha() for c in s):
+        raise _Bad(
+            "a number of missed ticks is a whole number (e.g. 3); for a time span give a"
+            " unit, e.g. '90 s'"
+        )
+    if seconds < 0:
+        raise _Bad("must be 0 or more")
+    return CatchUp(seconds=seconds)
 
 
 # -- ticks ---------------------------------------------------------------------------
@@ -210,17 +251,44 @@ def latest_tick(s: ScheduleConfig, at_or_before: datetime) -> datetime | None:
     return None
 
 
+def youngest_ticks(s: ScheduleConfig, after: datetime, now: datetime, n: int) -> list[datetime]:
+    """The youngest ``n`` ticks t with after < t <= now, oldest first."""
+    out: list[datetime] = []
+    if s.every is not None:
+        latest = latest_tick(s, now)
+        k = round((latest - _EPOCH).total_seconds() / s.every) if latest else 0
+        while latest is not None and len(out) < n:
+            tick = _EPOCH + timedelta(seconds=(k - len(out)) * s.every)
+            if tick <= after:
+                break
+            out.append(tick)
+        return out[::-1]
+    assert s.cron is not None
+    local = _aware(now).astimezone(ZoneInfo(s.timezone))
+    for tick in CronSim(s.cron, local.replace(microsecond=0), reverse=True):
+        tick = tick.astimezone(UTC)
+        if tick > now:
+            continue
+        if tick <= after or len(out) >= n:
+            break
+        out.append(tick)
+    return out[::-1]
+
+
 def missed_ticks(s: ScheduleConfig, settled: datetime | None, now: datetime) -> list[datetime]:
-    """The ticks to enqueue at ``now``: those after ``settled`` (the last tick
-    settled; None: a schedule never registered, which owes nothing) up to
-    ``now`` that are not older than CATCH_UP; when none is that young, only the
-    latest of them. However long the gap since ``settled``, that is at most
-    CATCH_UP's worth of missed ticks besides the current one."""
+    """The ticks to enqueue at ``now``: after ``settled`` (the last tick settled;
+    None: a schedule never registered, which owes nothing), the latest one and,
+    of the missed ones, at most CATCH_UP: the youngest ``catch_up_ticks``, or
+    those not older than ``catch_up`` seconds. However long the gap since
+    ``settled``, that is at most CATCH_UP's worth of missed ticks besides the
+    current one (the oldest MAX_TICKS_PER_CALL of them per call)."""
     if settled is None:
         return []
     latest = latest_tick(s, now)
     if latest is None or latest <= settled:
         return []
+    if s.catch_up_ticks:
+        return youngest_ticks(s, settled, now, s.catch_up_ticks + 1)[:MAX_TICKS_PER_CALL]
     window_start = max(settled, now - timedelta(seconds=s.catch_up))
     young = ticks_between(s, window_start - timedelta(microseconds=1), now)
     young = [t for t in young if t > settled and t >= now - timedelta(seconds=s.catch_up)]

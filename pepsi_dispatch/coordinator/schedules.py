@@ -10,7 +10,7 @@ replicas fire the same ticks and exactly one message per tick is enqueued.
 
 Which ticks (pepsi_dispatch/config/schedule.py ``missed_ticks``): on every
 firing, the ticks after the last one settled, as CATCH_UP allows -- the
-current one, and the missed ones not older than CATCH_UP. One rule for every
+current one, and at most CATCH_UP of the missed ones (N ticks, or a time span). One rule for every
 gap, whatever caused it: a stop, a reload, a reconnect, a frozen process, a
 suspended host, a clock step, a late wake. A tick is "settled" once the
 database has it; what we remember of that (``settled``) only saves calls: the

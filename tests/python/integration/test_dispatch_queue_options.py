@@ -174,6 +174,31 @@ def test_catch_up_0_enqueues_only_the_latest_missed_tick(h: Harness) -> None:
     assert all(g == timedelta(seconds=1) for g in gaps), after
 
 
+def test_catch_up_n_enqueues_n_missed_ticks_and_the_current_one(h: Harness) -> None:
+    """CATCH_UP = 2 (a count, not seconds), EVERY = 2 s, no dispatcher for about 9 s:
+    the next start enqueues, in one transaction, the two youngest missed ticks and
+    the current one (three consecutive ticks, 4 s of them: read as seconds, 2 would
+    have given one or two), and none of the older missed ones."""
+    conf = h.conf(h.pipeline(["t"]))
+    add_schedule(conf, "pulse", STAGE="t", EVERY="2 s", CATCH_UP="2")
+    d = h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) >= 2, 15, message="2 ticks")
+    assert d.terminate() == 0
+    before = schedule_ticks(h, "t")
+    time.sleep(9.0)  # four or five ticks with no dispatcher
+    h.start(conf)
+    wait_until(lambda: len(schedule_ticks(h, "t")) > len(before) + 3, 15, message="ticks")
+    rows = h.conn.execute(
+        "SELECT (state->>'scheduled_for')::timestamptz, created_at FROM pepsi.messages"
+        " WHERE stage = 't' AND (state->>'scheduled_for')::timestamptz > %s ORDER BY 1",
+        (before[-1],),
+    ).fetchall()
+    first = [tick for tick, created in rows if created == rows[0][1]]
+    assert len(first) == 3, rows
+    assert [b - a for a, b in pairwise(first)] == [timedelta(seconds=2)] * 2, first
+    assert first[0] - before[-1] >= timedelta(seconds=4), (before, first)
+
+
 def test_catch_up_0_bounds_the_burst_after_the_dispatcher_was_frozen(h: Harness) -> None:
     """EVERY = 1 s, CATCH_UP 0: a dispatcher frozen (SIGSTOP) for 4 s misses four
     ticks. After SIGCONT it enqueues at most one of them (the current one), not
