@@ -52,7 +52,7 @@ class _Options:
     metavar="LEVEL",
     default="INFO",
     show_default=True,
-    help="Log level: DEBUG, INFO, WARNING or ERROR.",
+    help="Log level: DEBUG, INFO, WARNING, ERROR or NONE (also BULK, MESSAGE, WARN).",
 )
 @click.option("-l", "--logfile", metavar="LOGFILE", help="Append the log here instead of stderr.")
 @version_option(PROG)

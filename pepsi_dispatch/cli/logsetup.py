@@ -197,7 +197,8 @@ def parse_level(level: str) -> int:
         return LEVELS[level.strip().upper()]
     except KeyError:
         raise UsageError(
-            f"invalid log level '{level}' (-L); use DEBUG, INFO, WARNING or ERROR"
+            f"invalid log level '{level}' (-L); use DEBUG, INFO, WARNING, ERROR or NONE"
+            " (also BULK, MESSAGE, WARN)"
         ) from None
 
 

@@ -36,10 +36,13 @@ def known_stages(obj: Any, with_queue: bool = False) -> tuple[set[str], list[str
 
 def _unknown(stage: str, known: set[str], sources: list[str], tail: str) -> click.UsageError:
     close = difflib.get_close_matches(stage, sorted(known), n=1)
-    hint = f" did you mean {close[0]!r}?" if close else ""
+    advice = [f"did you mean {close[0]!r}?"] if close else []
+    if tail:
+        advice.append(tail.strip())
     return click.UsageError(
         f"unknown stage {stage!r}: not in {' nor '.join(sources)}"
-        f" (known: {', '.join(sorted(known)) or 'none'});{hint}{tail}"
+        f" (known: {', '.join(sorted(known)) or 'none'})"
+        + (f"; {' '.join(advice)}" if advice else "")
     )
 
 

@@ -489,6 +489,7 @@ def cli(
     # cannot be opened is a usage error (exit 2).
     setup_logging(log_level, logfile, "text", PROG)
     limit = _held_off_limit(held_off_limit, config.sections.get("pepsi-httpd", {}))
+    parse_listen(listen)  # a bad --listen is a usage error before the database is tried
     app = App(config.dsn, allow_actions, limit)
     try:
         problem = app.check_database()

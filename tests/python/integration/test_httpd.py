@@ -446,3 +446,19 @@ def test_a_dsn_that_does_not_parse_ends_pepsi_httpd_at_start(tmp_path: Path) -> 
     assert r.returncode == 2, r
     assert "DSN" in r.stderr and "does not parse" in r.stderr, r.stderr
     assert "s3cret" not in r.stderr + r.stdout
+
+
+def test_a_bad_listen_is_one_usage_line_before_the_database_is_tried(tmp_path: Path) -> None:
+    from httpd_harness import HTTPD
+
+    r = subprocess.run(
+        [str(HTTPD), "--listen", "bad"],
+        env={**os.environ, "PEPSI_DSN": "postgresql://nobody@127.0.0.1:1/none"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert r.returncode == 2, r
+    assert "--listen 'bad': expected HOST:PORT" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

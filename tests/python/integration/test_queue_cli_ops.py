@@ -71,6 +71,7 @@ def test_enqueue_refuses_unknown_stage_unless_forced(pq, conn, tmp_path: Path) -
     assert "unknown stage 'prase'" in r.stderr and "did you mean 'parse'" in r.stderr
     assert r.stderr.count("\n") == 1
     assert conn.execute("SELECT count(*) FROM pepsi.messages").fetchone() == (0,)
+    assert "did you mean 'parse'? --force enqueues anyway" in r.stderr
     r = pq("enqueue", "prase", "{}", "--force")
     assert r.returncode == 0 and r.stdout.strip().isdigit()
     assert pq("enqueue", "parse", "{}").returncode == 0
@@ -332,3 +333,12 @@ def test_migrate_sql_from_a_revision_is_an_upgrade_script(pq) -> None:
     assert "Running upgrade 0013 -> 0014" in r.stderr
     r = pq("migrate", "--from", "0013")
     assert r.returncode == 2 and "--from needs --sql" in r.stderr, r.stderr
+
+
+def test_an_unknown_stage_with_nothing_close_has_no_empty_hint(pq, conn) -> None:
+    register(conn, "parse", "store")
+    r = pq("failed", "--stage", "zzz")
+    assert r.returncode == 2
+    line = r.stderr.splitlines()[0]
+    assert "unknown stage 'zzz'" in line and "(known: parse, store)" in line
+    assert ");" not in line and ";;" not in line and "; (" not in line, line
