@@ -36,14 +36,19 @@ def test_events_after_the_drain_are_not_counted() -> None:
         "100.0 7 connect\n"
         "100.5 9 unlent\n"
         "101.0 9 lent\n"
-        "101.2 11 start 0.012500\n"
-        "101.3 12 start 0.007500\n"
+        "101.2 11 start 0.012500 501 0.004000\n"  # a new backend: all its CPU
+        "101.3 11 giveback 0.200000 501 0.150000\n"
+        "101.31 11 exit 0.201500\n"
+        "101.4 12 start 0.007500 501 0.150500 1\n"  # passed on: since the giveback
+        "101.45 14 start 0.400000 502 0.003000 0\n"  # exec'd: its interpreter's start
         "102.0 9 lent\n"  # the shutdown's
         "102.1 13 connect\n"
     )
     e = read_events(text, until=101.5)
     assert (e.connects, e.lent, e.unlent, e.forks) == (1, 1, 1, 2)
-    assert e.started == 2 and e.startup_cpu == pytest.approx(0.02)
+    assert e.started == 2 and e.startup_cpu == pytest.approx(0.02) and e.workers == 3
+    assert e.ended == 1 and e.end_cpu == pytest.approx(0.0015)
+    assert e.backend_cpu == pytest.approx(0.004 + 0.0005 + 0.003)
     assert e.templates == {9}
 
 
@@ -55,6 +60,7 @@ def _drain(recycles: int, connects: int, lent: int, unlent: int, **cpu: float) -
             lent=lent,
             unlent=unlent,
             started=lent + unlent,
+            workers=lent + unlent,
             startup_cpu=cpu.pop("startup", 0.0),
         ),
         **{"service_cpu": 0.0, "dispatcher_cpu": 0.0, "pg_cpu": 0.0, **cpu},
@@ -88,10 +94,11 @@ def test_a_drain_against_its_base() -> None:
     assert p["dispatcher_ms"] == pytest.approx(1.0)
     assert p["workers_ms"] == pytest.approx(14.0)
     assert p["pg_ms"] == pytest.approx(5.0)
-    assert p["startup_ms"] == pytest.approx(10.0)
+    assert p["startup_ms"] == pytest.approx(10.0)  # 0.24 s over 24 forked workers
     assert p["template_ms"] == pytest.approx(5.0)
+    assert p["direct_ms"] == pytest.approx(15.0)
     line = summary_line("sdk-default", [p, {**p, "cpu_ms": 30.0}])
-    assert "pass-on  75.0%" in line and "CPU per recycle   25.0 ms (20.0 / 30.0)" in line
+    assert "pass-on 75.0%" in line and "drain minus base 25.0 ms (20.0 / 30.0)" in line
 
 
 def test_no_recycle_gives_no_figure() -> None:
