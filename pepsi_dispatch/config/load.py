@@ -55,7 +55,6 @@ from pepsi_dispatch.config.schedule import (
     timezone_opt,
 )
 from pepsi_dispatch.config.values import (
-    INT_MAX,
     _bool_value,
     _int_opt,
     _log_format_opt,
@@ -218,27 +217,6 @@ def _build_dsn(
     return DEFAULT_DSN
 
 
-def _check_capacity(
-    stage: StageConfig,
-    sec: str,
-    display: str,
-    opts: Mapping[str, str],
-    origins: Mapping[tuple[str, str], str],
-) -> None:
-    """PARALLELISM x QUEUE_LIMIT is the stage's claim size, an int4 in the database."""
-    if stage.parallelism * stage.queue_limit <= INT_MAX:
-        return
-    option = "QUEUE_LIMIT" if "QUEUE_LIMIT" in opts else "PARALLELISM"
-    raise _error(
-        f"PARALLELISM x QUEUE_LIMIT = {stage.parallelism * stage.queue_limit} is above"
-        f" {INT_MAX}; lower one of them",
-        origins.get((sec, option)) or origins.get((sec, "")),
-        display,
-        option,
-        opts.get(option),
-    )
-
-
 def _check_min_workers(
     stage: StageConfig,
     sec: str,
@@ -285,7 +263,6 @@ def _build_stages(
             )
         values.setdefault("next", ())
         stages[name] = StageConfig(name=name, **values)
-        _check_capacity(stages[name], sec, display, opts, origins)
         _check_min_workers(stages[name], sec, display, opts, origins)
     for name, stage in stages.items():
         for succ in stage.next:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 
 from pepsi_dispatch.config import Config, DispatchConfig
+from pepsi_dispatch.config.values import INT_MAX
 from pepsi_dispatch.contract import ROW_LINE_MAX
 from pepsi_dispatch.coordinator.checks import program_problem
 from pepsi_dispatch.coordinator.failwatch import FailureWatch
@@ -144,14 +145,15 @@ class Supervisor:
                 self.leftover.remove(pool)
 
     def capacity(self, now: float) -> tuple[list[str], list[int]]:
-        """Stages with room now and how many ids each can take (the claim)."""
+        """Stages with room now and how many ids each can take (the claim; an int4
+        in the database, so PARALLELISM x QUEUE_LIMIT above it claims INT_MAX)."""
         stages: list[str] = []
         caps: list[int] = []
         for name, pool in self.pools.items():
             cap = pool.capacity(now)
             if cap > 0:
                 stages.append(name)
-                caps.append(cap)
+                caps.append(min(cap, INT_MAX))
         return stages, caps
 
     def has_room(self, now: float) -> bool:
