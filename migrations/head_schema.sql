@@ -3033,10 +3033,12 @@ GRANT ALL ON FUNCTION pepsi.flush_stats(stages text[], processed bigint[], faile
 REVOKE ALL ON FUNCTION pepsi.get_message(id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.get_message(id bigint) TO pepsi_stage;
 GRANT ALL ON FUNCTION pepsi.get_message(id bigint) TO pepsi_dispatcher;
+GRANT ALL ON FUNCTION pepsi.get_message(id bigint) TO pepsi_operator;
 
 REVOKE ALL ON FUNCTION pepsi.get_messages(ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.get_messages(ids bigint[]) TO pepsi_stage;
 GRANT ALL ON FUNCTION pepsi.get_messages(ids bigint[]) TO pepsi_dispatcher;
+GRANT ALL ON FUNCTION pepsi.get_messages(ids bigint[]) TO pepsi_operator;
 
 REVOKE ALL ON FUNCTION pepsi.heartbeat(dispatcher_id bigint, gauges jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.heartbeat(dispatcher_id bigint, gauges jsonb) TO pepsi_dispatcher;

@@ -2,7 +2,7 @@
 --   → table(workqueue_id bigint, stage text, status text, payload jsonb, state jsonb, retries int)
 --   Reads one message for a worker (no row if the id does not exist).
 --   Reads: pepsi.workqueue (primary key).  Locks: none.
---   Callers: pepsi_stage, pepsi_dispatcher (SECURITY DEFINER: stage programs
+--   Callers: pepsi_stage, pepsi_dispatcher, pepsi_operator (SECURITY DEFINER: stage programs
 --   have no SELECT on the table).
 CREATE OR REPLACE FUNCTION pepsi.get_message(id bigint)
 RETURNS TABLE (workqueue_id bigint, stage text, status text, payload jsonb,

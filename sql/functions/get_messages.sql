@@ -3,7 +3,7 @@
 --   Reads many messages in one round trip, in the order of ids (ids that do
 --   not exist are skipped; a repeated id comes back repeated).
 --   Reads: pepsi.workqueue (primary key).  Locks: none.
---   Callers: pepsi_stage, pepsi_dispatcher (SECURITY DEFINER).
+--   Callers: pepsi_stage, pepsi_dispatcher, pepsi_operator (SECURITY DEFINER).
 CREATE OR REPLACE FUNCTION pepsi.get_messages(ids bigint[])
 RETURNS TABLE (workqueue_id bigint, stage text, status text, payload jsonb,
                state jsonb, retries integer)

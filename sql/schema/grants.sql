@@ -61,6 +61,13 @@ GRANT EXECUTE ON FUNCTION
     pepsi.stage_config()
 TO pepsi_stage, pepsi_dispatcher;
 
+-- Operators read the queue: a message by id, as a stage reads it (they may
+-- SELECT the tables too; stage_config stays theirs to be denied).
+GRANT EXECUTE ON FUNCTION
+    pepsi.get_message(bigint),
+    pepsi.get_messages(bigint[])
+TO pepsi_operator;
+
 GRANT EXECUTE ON FUNCTION
     pepsi.pin_messages(bigint[], bigint)
 TO pepsi_stage;

@@ -1,7 +1,7 @@
 -- pepsi_operator (migration 0018): what a person's role may do, both ways,
 -- and schema_version for every role.
 BEGIN;
-SELECT plan(26);
+SELECT plan(28);
 
 SELECT pepsi.register_stages(1, ARRAY['s'], NULL, NULL, NULL, NULL, NULL, NULL);
 SELECT pepsi.enqueue('s') AS run1 \gset
@@ -22,6 +22,8 @@ SELECT lives_ok('SELECT * FROM pepsi.failed_reasons()', 'operator can group fail
 SELECT lives_ok('SELECT * FROM pepsi.failed_messages()', 'operator can list failures');
 SELECT lives_ok('SELECT * FROM pepsi.queue_counts()', 'operator can count (status)');
 SELECT lives_ok('SELECT * FROM pepsi.queue_overview()', 'operator can read the overview');
+SELECT is((SELECT stage FROM pepsi.get_message(:run1)), 's', 'operator can read a message by id (0040)');
+SELECT lives_ok(format('SELECT * FROM pepsi.get_messages(ARRAY[%s]::bigint[])', :run1), 'and several');
 SELECT is(pepsi.requeue_failed('s', ARRAY[:failed1]::bigint[]), 1, 'operator can requeue');
 SELECT ok(pepsi.cancel(NULL, 's') >= 1, 'operator can cancel (pending rows only)');
 SELECT ok(pepsi.purge(ARRAY['failed'], 's') >= 1, 'operator can purge');
