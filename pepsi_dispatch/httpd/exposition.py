@@ -103,6 +103,14 @@ def _queue_families(snap: dict[str, Any], now: float) -> Iterator[Metric]:
     for q in snap.get("queue") or []:
         depth.add_metric([q["stage"], q["status"]], q["count"])
     yield depth
+    age = GaugeMetricFamily(
+        "pepsi_queue_oldest_age_seconds",
+        "Seconds since the oldest row of a stage and status last changed (0 when none).",
+        labels=["stage", "status"],
+    )
+    for q in snap.get("queue") or []:
+        age.add_metric([q["stage"], q["status"]], float(q.get("oldest_age") or 0.0))
+    yield age
     oldest = GaugeMetricFamily(
         "pepsi_queue_oldest_timestamp_seconds",
         "Unix time the oldest row of a stage and status last changed (no series when none).",

@@ -406,11 +406,17 @@ def test_zero_series_and_the_graph_from_the_registry_alone(h: Harness, httpds: l
         for status in statuses:
             key = (("stage", stage), ("status", status))
             assert ("pepsi_queue_depth", *key) in m["pepsi_queue_depth"], key
+            age = ("pepsi_queue_oldest_age_seconds", *key)
+            assert age in m["pepsi_queue_oldest_age_seconds"], key
     assert m["pepsi_queue_depth"][("pepsi_queue_depth", ("stage", "a"), ("status", "failed"))] == 0
     assert m["pepsi_queue_depth"][("pepsi_queue_depth", ("stage", "b"), ("status", "done"))] == 3
     oldest = m["pepsi_queue_oldest_timestamp_seconds"]
     assert ("pepsi_queue_oldest_timestamp_seconds", ("stage", "b"), ("status", "done")) in oldest
     assert not any(k[1] == ("stage", "a") for k in oldest), "no row of a: no timestamp"
+    ages = m["pepsi_queue_oldest_age_seconds"]
+    assert ages[("pepsi_queue_oldest_age_seconds", ("stage", "a"), ("status", "failed"))] == 0
+    done_age = ages[("pepsi_queue_oldest_age_seconds", ("stage", "b"), ("status", "done"))]
+    assert 0 < done_age < 120, done_age
     status, _, body = srv.get("/api/overview")
     assert status == 200, body
     stages = json.loads(body)["stages"]
