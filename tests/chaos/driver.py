@@ -273,9 +273,12 @@ class Watcher(threading.Thread):
                     continue
                 seen_files.add(name)
                 key = name.removesuffix(".jsonl")
-                _, pid_text, start_text = key.rsplit("-", 2)
-                pid, start = int(pid_text), int(start_text)
+                parts = key.rsplit("-", 2)
+                pid = int(parts[-2]) if len(parts) == 3 else int(parts[-1])
                 st = proc_stat(pid)
+                # STAGE-PID-STARTTIME; a program that logs as STAGE-PID is taken
+                # to be the process that has that pid now.
+                start = int(parts[-1]) if len(parts) == 3 else (st[2] if st else -1)
                 if st is None or st[0] == "Z" or st[2] != start:
                     mtime = (self.logdir / name).stat().st_mtime
                     self.dead[key] = mtime

@@ -1,13 +1,17 @@
 #!/bin/bash
 # Chaos stage b, one message: sleep, then pepsi.advance to c with the fencing token.
-# Logs start / tx / end as JSON lines to $CHAOS_LOG/b-PID.jsonl (its own pid: the
-# process that runs the message). Exit 0 only when the transition applied.
+# Logs start / tx / end as JSON lines to $CHAOS_LOG/b-PID-STARTTIME.jsonl (its own
+# pid and start time: the process that runs the message; a long soak reuses pids).
+# Exit 0 only when the transition applied.
 id="$1"
 stage="${PEPSI_STAGE:?}"
 did="${PEPSI_DISPATCHER_ID:-null}"
-log="$CHAOS_LOG/$stage-$$.jsonl"
-emit() { printf '{"ev":"%s","id":%s,"stage":"%s","pid":%s,"did":%s,"t":%s%s}\n' \
-    "$1" "$id" "$stage" "$$" "$did" "${EPOCHREALTIME/,/.}" "$2" >>"$log"; }
+# The 22nd field of /proc/PID/stat (the 20th after the command name's ")").
+start=$(s=$(</proc/$$/stat); s=${s##*) }; set -- $s; echo "${20}")
+proc="$stage-$$-$start"
+log="$CHAOS_LOG/$proc.jsonl"
+emit() { printf '{"ev":"%s","id":%s,"stage":"%s","pid":%s,"proc":"%s","did":%s,"t":%s%s}\n' \
+    "$1" "$id" "$stage" "$$" "$proc" "$did" "${EPOCHREALTIME/,/.}" "$2" >>"$log"; }
 emit start ""
 # Mostly short; CHAOS_B_SLOW_PCT % (default 5) take 2-4 s, long enough to outlive a
 # dispatcher restart.
