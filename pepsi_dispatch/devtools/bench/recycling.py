@@ -25,7 +25,12 @@ alternating from round to round. Per pair:
   stage's first workers connect themselves (a burst connects in parallel;
   nothing is lent yet), so each of their recycles starts a backend whatever
   the lending does (the session opened for the next worker), once per
-  template. What a long-running dispatcher converges to;
+  template;
+* **pass-on once two generations ended**: after the end of the 2F-th worker
+  of the drain, 1 - connects / workers ended (no base: every connect then is
+  a session a recycle did not get). The first generations' misses and the
+  sessions opened to make up for them are behind; what a long-running
+  dispatcher converges to;
 * **forks lent a session**: of the template's forks, those that took a waiting
   session (the template's view; it counts the template's own connects as lent);
 * **CPU per recycle, measured directly**: what the processes themselves
@@ -184,6 +189,9 @@ class Events:
     backend_cpu: float = 0.0
     #: pids of the template processes (the ones that forked)
     templates: set[int] = field(default_factory=set)
+    #: when each connect and each end of a worker that had messages was noted
+    connect_times: list[float] = field(default_factory=list)
+    exit_times: list[float] = field(default_factory=list)
 
     @property
     def forks(self) -> int:
@@ -205,6 +213,7 @@ def read_events(text: str, until: float) -> Events:
         pid, what, rest = int(parts[1]), parts[2], parts[3:]
         if what == "connect":
             out.connects += 1
+            out.connect_times.append(float(parts[0]))
         elif what in ("lent", "unlent"):
             out.templates.add(pid)
             if what == "lent":
@@ -225,6 +234,7 @@ def read_events(text: str, until: float) -> Events:
                 handed[int(rest[1])] = float(rest[2])
         elif what == "exit" and rest and pid in ending:
             out.ended += 1
+            out.exit_times.append(float(parts[0]))
             out.end_cpu += float(rest[0]) - ending.pop(pid)
     return out
 
@@ -270,6 +280,8 @@ def per_recycle(run: Drain, base: Drain) -> dict[str, float]:
                 "backends",
                 "pass_on",
                 "pass_on_later",
+                "pass_on_steady",
+                "steady_recycles",
                 "lent",
             ),
             nan,
@@ -299,8 +311,24 @@ def per_recycle(run: Drain, base: Drain) -> dict[str, float]:
         "pass_on_later": (1.0 - (backends - first) / (n - first) if n > first else float("nan")),
         "lent": run.events.lent / run.events.forks if run.events.forks else float("nan"),
     }
+    out["pass_on_steady"], out["steady_recycles"] = steady_pass_on(run.events, 2 * first)
     out["direct_ms"] = sum(out[k] for k in ("startup_ms", "end_ms", "template_ms", "backend_ms"))
     return out
+
+
+def steady_pass_on(events: Events, skip: int) -> tuple[float, int]:
+    """The pass-on rate once ``skip`` workers have ended (the first two
+    generations, say): 1 - connects / ends after the ``skip``-th end, and the
+    number of ends it counts (NaN and 0 when none is left). No base is needed:
+    once the first workers are gone, every connect is a session a recycle did
+    not get passed on (a worker connecting itself, or the template opening one)."""
+    ends = sorted(events.exit_times)
+    if len(ends) <= skip:
+        return float("nan"), 0
+    since = ends[skip - 1] if skip else float("-inf")
+    n = len(ends) - skip
+    backends = sum(1 for t in events.connect_times if t > since)
+    return 1.0 - backends / n, n
 
 
 def _mean(total: float, n: int) -> float:
@@ -358,10 +386,15 @@ def summary_line(label: str, pairs: list[dict[str, float]]) -> str:
     def each(key: str) -> str:
         return " / ".join(f"{p[key]:.1f}" for p in good)
 
+    def each_pct(key: str) -> str:
+        return " / ".join(f"{p[key] * 100:.0f}" for p in good)
+
     return (
         f"  {label:<11} {med('recycles'):.0f} recycles; pass-on {med('pass_on') * 100:.1f}%"
         f" ({med('backends'):.2f} new backends per recycle), after the first generation"
-        f" {med('pass_on_later') * 100:.1f}%; forks lent a session {med('lent') * 100:.0f}%."
+        f" {med('pass_on_later') * 100:.1f}%, once two generations ended"
+        f" {med('pass_on_steady') * 100:.1f}% ({each_pct('pass_on_steady')});"
+        f" forks lent a session {med('lent') * 100:.0f}%."
         f" CPU per recycle measured directly {med('direct_ms'):.1f} ms ({each('direct_ms')})"
         f" = start-up {med('startup_ms'):.1f} + end {med('end_ms'):.1f}"
         f" + template {med('template_ms'):.1f} + backend {med('backend_ms'):.1f};"
@@ -391,7 +424,9 @@ def pair_line(p: dict[str, float]) -> str:
         return "      no recycle (MAX_MESSAGES not reached)"
     return (
         f"      per recycle: pass-on {p['pass_on'] * 100:.1f}% ({p['backends']:.2f} new"
-        f" backends; after the first generation {p['pass_on_later'] * 100:.1f}%);"
+        f" backends; after the first generation {p['pass_on_later'] * 100:.1f}%; once two"
+        f" generations ended {p['pass_on_steady'] * 100:.1f}% of"
+        f" {p['steady_recycles']:.0f});"
         f" CPU measured directly {p['direct_ms']:.1f} ms = start-up {p['startup_ms']:.1f}"
         f" + end {p['end_ms']:.1f} + template {p['template_ms']:.1f}"
         f" + backend {p['backend_ms']:.1f}; drain minus base {p['cpu_ms']:.1f} ms"

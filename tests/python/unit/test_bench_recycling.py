@@ -16,6 +16,7 @@ from pepsi_dispatch.devtools.bench.recycling import (
     count_recycles,
     per_recycle,
     read_events,
+    steady_pass_on,
     summary_line,
 )
 
@@ -111,3 +112,18 @@ def test_no_recycle_gives_no_figure() -> None:
 def test_the_sdk_program_with_the_hook_compiles() -> None:
     src = SDK_WORKER.format(python="/usr/bin/python3", group_commit="", events_hook=EVENTS_HOOK)
     compile(src, "noop-sdk-default.py", "exec")
+
+
+def test_pass_on_once_the_first_generations_ended() -> None:
+    # 4 first workers connected themselves (t 0), their ends (t 10-13) each had
+    # a session opened (t 10.1-13.1); the next 4 ends (t 20-23) likewise, two of
+    # them; then 6 ends (t 30-35) and one connect (t 31.5): 5 of 6 passed on.
+    e = Events(
+        connect_times=[0.0] * 4 + [10.1, 11.1, 12.1, 13.1, 20.1, 22.1, 31.5],
+        exit_times=[10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33, 34, 35],
+    )
+    rate, n = steady_pass_on(e, 8)
+    assert n == 6 and rate == pytest.approx(5 / 6)
+    assert steady_pass_on(e, 14) == (pytest.approx(float("nan"), nan_ok=True), 0)
+    rate, n = steady_pass_on(e, 0)  # from the start: every connect counts
+    assert n == 14 and rate == pytest.approx(1 - 11 / 14)
