@@ -23,6 +23,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pepsi_dispatch.devtools.bench.core import summarize_latency
+from pepsi_dispatch.devtools.bench.proc import tree_cpu
 
 GRAPHILE_VERSION = "0.17.3"
 PIP_PEERS = ["procrastinate==3.10.0", "pgqueuer==1.6.0", "psycopg[binary]>=3.1"]
@@ -117,42 +118,6 @@ PGBENCH_SCRIPT = "\\set id random(1, 1000)\nUPDATE floor SET n = n + 1 WHERE id 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu(pid: int) -> tuple[float, float]:
-    """(own, reaped children) CPU seconds of ``pid`` from /proc (0, 0 if gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    own = (int(fields[11]) + int(fields[12])) / _TCK
-    reaped = (int(fields[13]) + int(fields[14])) / _TCK
-    return own, reaped
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == pid:
-                out.append(int(d.name))
-    return out
-
-
-def tree_cpu(pid: int) -> tuple[float, float]:
-    """(own, whole tree) CPU seconds of ``pid``: itself; plus reaped and live descendants."""
-    own, reaped = _proc_cpu(pid)
-    total = own + reaped
-    for child in _children(pid):
-        total += tree_cpu(child)[1]
-    return own, total
 
 
 #: Seconds an idle backend may take to report its statistics (PostgreSQL 15: 10 s).

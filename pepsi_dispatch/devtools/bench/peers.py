@@ -41,8 +41,8 @@ from pepsi_dispatch.devtools.bench.peer_drivers import (
     peers,
     pgbench_floor,
     say,
-    tree_cpu,
 )
+from pepsi_dispatch.devtools.bench.proc import tree_cpu
 
 SDK_DEFAULT_WORKER = """#!{python}
 import os

@@ -64,6 +64,8 @@ from pathlib import Path
 
 import psycopg
 
+from pepsi_dispatch.devtools.bench.proc import proc_cpu, tree_cpu
+
 #: Where the bench's SDK program notes its connects and its template's forks.
 EVENTS_ENV = "PEPSI_BENCH_EVENTS"
 #: MAX_MESSAGES of the base drain: no worker reaches it.
@@ -345,19 +347,9 @@ def postmaster(conn: psycopg.Connection) -> int:
         return 0
 
 
-def tree_cpu(pid: int) -> tuple[float, float]:
-    """(own, whole tree) CPU seconds of process ``pid`` (peer_drivers.tree_cpu;
-    imported here, as peer_drivers imports core, which imports this module)."""
-    from pepsi_dispatch.devtools.bench.peer_drivers import tree_cpu as cpu
-
-    return cpu(pid)
-
-
 def own_and_reaped_cpu(pid: int) -> float:
     """CPU seconds of process ``pid`` and of its children it reaped (0 if gone)."""
-    from pepsi_dispatch.devtools.bench.peer_drivers import _proc_cpu
-
-    own, reaped = _proc_cpu(pid)
+    own, reaped = proc_cpu(pid)
     return own + reaped
 
 

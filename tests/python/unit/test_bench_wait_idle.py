@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from pepsi_dispatch.devtools.bench.peer_drivers import tree_cpu, wait_idle
+from pepsi_dispatch.devtools.bench.peer_drivers import wait_idle
+from pepsi_dispatch.devtools.bench.proc import tree_cpu
 
 
 def _spawn(code: str) -> subprocess.Popen[bytes]:
