@@ -251,6 +251,18 @@ class HandlerDispatch:
         return f"1 {reason}"
 
     def _not_running(self, message_id: int, stage: str, status: str, attempt: Attempt) -> str:
+        if attempt is Attempt.REDO and stage == self.stage and status == "pending":
+            # None of our transitions leaves the row pending at our own stage: our
+            # commit did not go through, and the claim itself was lost (a database
+            # restarted or failed over before the claim was on disk or on the
+            # standby). The row runs again elsewhere; "0" would count a success
+            # that did not happen. Nothing is written (not ours to fail).
+            reason = (
+                f"message {message_id} is pending at stage {stage} again: its claim was"
+                " lost with the connection (a database restart or failover); not run here"
+            )
+            print(f"pepsi worker: {reason}", file=sys.stderr)
+            return f"1 {reason}"
         if attempt is Attempt.REDO:
             # Redone after a lost connection: our commit went through, its
             # acknowledgement was lost. The row has moved on; nothing to do.

@@ -667,6 +667,44 @@ def test_lost_connection_reconnects_and_redoes_message(dsn, conf, did, workers, 
     assert b"reconnected" in seen + w.proc.stderr.read()
 
 
+@pytest.mark.parametrize("extra", [(), ("--group-commit",)], ids=["single", "group-commit"])
+def test_a_redo_whose_claim_was_lost_answers_1_and_runs_nothing(
+    dsn, conf, did, workers, conn, extra
+):
+    """The connection is lost mid-handler and, when the worker is back, its row is
+    pending at its own stage again: the claim did not survive (a standby promoted
+    before the claim reached it). Answered 1 and not run (answering 0 counted a
+    success that never happened, and the message then ran again elsewhere)."""
+    ids = enqueue_claimed(
+        conn,
+        did,
+        {"a": {"op": "advance", "to": "b", "print": "handler started", "sleep": 1.0}},
+        {"a": {"op": "finish"}},
+    )
+    w = start(workers, dsn, conf, did, extra=extra)
+    w.send(*ids)
+    seen = w.wait_for_stderr(b"handler started")
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = 'pepsi-worker a' AND datname = current_database()"
+    )
+    # Waits for the dying backend's row lock; done long before the handler's sleep ends.
+    conn.execute(
+        "UPDATE pepsi.workqueue SET status = 'pending', dispatcher_id = NULL"
+        " WHERE workqueue_id = %s",
+        (ids[0],),
+    )
+    first = w.answer()
+    assert first is not None and first.startswith(
+        f"1 message {ids[0]} is pending at stage a again: its claim was lost"
+    ), first
+    assert w.answer() == "0"
+    assert w.close() == 0
+    assert (row(conn, ids[0])["stage"], row(conn, ids[0])["status"]) == ("a", "pending")
+    assert row(conn, ids[1])["status"] == "done"
+    assert b"claim was lost" in seen + w.proc.stderr.read()
+
+
 def test_unmigrated_database_exits_2_with_a_hint(empty_dsn, conf, workers):
     w = start(workers, empty_dsn, conf, None)
     assert w.close() == 2

@@ -67,6 +67,23 @@ def test_lines_that_are_no_running_message_of_ours() -> None:
     assert scope.written == []
 
 
+def test_a_redo_that_finds_its_row_pending_at_its_stage_lost_its_claim() -> None:
+    """After a failover the claim may not have reached the standby: the row is
+    pending at our stage again. Not "0" (a success counted that did not happen,
+    and the message runs again elsewhere); not run here; nothing written."""
+    d = dispatch({})
+    scope = RecordingScope()
+    again = Loaded(b"7", 7, row("a", "pending"))
+    answer = d.process(again, scope, Attempt.REDO)
+    assert answer.startswith("1 message 7 is pending at stage a again: its claim was lost")
+    assert d.process(again, scope) == (
+        "1 message 7 is not running at stage a (it is pending at stage a)"
+    )
+    # Pending at the next stage: our advance went through.
+    assert d.process(Loaded(b"7", 7, row("b", "pending")), scope, Attempt.REDO) == "0"
+    assert scope.written == []
+
+
 def test_fused_pass_writes_state_hop_and_transition_in_order() -> None:
     seen: list[tuple[str, tuple[str, ...], int]] = []
 
