@@ -110,6 +110,19 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def fds_flat(vals: list[int], window: int = 15, slack: int = 2) -> tuple[bool, str]:
+    """A leak raises the floor: the fewest descriptors in the last ``window`` samples
+    are at most the fewest in the first ``window`` (plus ``slack``). Peaks are not
+    a leak: each worker being replaced holds its pipes for a moment beside its
+    successor's, so a sample may see one or two workers more."""
+    first, last = min(vals[:window]), min(vals[-window:])
+    text = (
+        f"{min(vals)}..{max(vals)}, fewest {first} in the first {window} samples,"
+        f" {last} in the last"
+    )
+    return last <= first + slack, text
+
+
 def quantile(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -433,6 +446,10 @@ class Run:
             vals = [s[key] for s in steady if s[key]]
             if len(vals) < 2:
                 verdicts.append((f"{key}: too few samples after the warm-up to judge", True))
+                continue
+            if key == "disp_fds":
+                ok, text = fds_flat(vals, slack=slack)
+                verdicts.append((f"disp_fds no leak: {text}", ok))
                 continue
             med = statistics.median(vals)
             ok = max(vals) - min(vals) <= 0.10 * med + slack
