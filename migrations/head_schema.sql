@@ -601,6 +601,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pepsi.copied_ids(after bigint) RETURNS bigint[]
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+    SELECT coalesce(array_agg(w.workqueue_id ORDER BY w.workqueue_id), '{}')
+      FROM pepsi.workqueue AS w
+     WHERE w.workqueue_id > copied_ids.after
+       AND w.xmin = pg_current_xact_id()::xid
+$$;
+
+CREATE FUNCTION pepsi.copy_mark() RETURNS bigint
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END
+      FROM pepsi.workqueue_workqueue_id_seq AS s
+     WHERE (SELECT q.seqcache FROM pg_catalog.pg_sequence AS q
+             WHERE q.seqrelid = 'pepsi.workqueue_workqueue_id_seq'::regclass) = 1
+$$;
+
 CREATE FUNCTION pepsi.dashboard_cancel(ids bigint[]) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -2757,6 +2778,7 @@ CREATE TABLE pepsi.workqueue (
     priority integer DEFAULT 0 NOT NULL,
     dedupe_key text,
     CONSTRAINT workqueue_paused_has_timeout CHECK (((status <> 'paused'::text) OR (timeout IS NOT NULL))),
+    CONSTRAINT workqueue_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
     CONSTRAINT workqueue_retries_not_negative CHECK ((retries >= 0)),
     CONSTRAINT workqueue_running_iff_dispatcher CHECK (((status = 'running'::text) = (dispatcher_id IS NOT NULL))),
     CONSTRAINT workqueue_stage_name CHECK ((stage ~ '^[A-Za-z0-9_.-]+$'::text)),
@@ -2965,6 +2987,16 @@ GRANT ALL ON FUNCTION pepsi.claim(dispatcher_id bigint, stages text[], caps inte
 
 REVOKE ALL ON FUNCTION pepsi.claim_lines(dispatcher_id bigint, stages text[], caps integer[], skip_locked boolean, after_ids bigint[], line_limits integer[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.claim_lines(dispatcher_id bigint, stages text[], caps integer[], skip_locked boolean, after_ids bigint[], line_limits integer[]) TO pepsi_dispatcher;
+
+REVOKE ALL ON FUNCTION pepsi.copied_ids(after bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint) TO pepsi_ingress;
+GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint) TO pepsi_stage;
+GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint) TO pepsi_operator;
+
+REVOKE ALL ON FUNCTION pepsi.copy_mark() FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.copy_mark() TO pepsi_ingress;
+GRANT ALL ON FUNCTION pepsi.copy_mark() TO pepsi_stage;
+GRANT ALL ON FUNCTION pepsi.copy_mark() TO pepsi_operator;
 
 REVOKE ALL ON FUNCTION pepsi.dashboard_cancel(ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.dashboard_cancel(ids bigint[]) TO pepsi_dashboard;
@@ -3188,6 +3220,18 @@ GRANT SELECT ON TABLE pepsi.dispatchers TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.workqueue TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.workqueue TO pepsi_operator;
+
+GRANT INSERT(stage) ON TABLE pepsi.workqueue TO pepsi_ingress;
+GRANT INSERT(stage) ON TABLE pepsi.workqueue TO pepsi_stage;
+GRANT INSERT(stage) ON TABLE pepsi.workqueue TO pepsi_operator;
+
+GRANT INSERT(payload) ON TABLE pepsi.workqueue TO pepsi_ingress;
+GRANT INSERT(payload) ON TABLE pepsi.workqueue TO pepsi_stage;
+GRANT INSERT(payload) ON TABLE pepsi.workqueue TO pepsi_operator;
+
+GRANT INSERT(priority) ON TABLE pepsi.workqueue TO pepsi_ingress;
+GRANT INSERT(priority) ON TABLE pepsi.workqueue TO pepsi_stage;
+GRANT INSERT(priority) ON TABLE pepsi.workqueue TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.messages TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.messages TO pepsi_operator;

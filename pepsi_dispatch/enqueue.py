@@ -6,15 +6,23 @@
         one = enqueue(conn, "fetch", {"url": "https://example.org/"})
         ids = enqueue_many(conn, "fetch", [{"n": i} for i in range(10_000)])
 
-Each call is one statement (``pepsi.enqueue`` / ``pepsi.enqueue_lines``), so a
-bulk insert is one notification to the dispatcher. ``enqueue_many`` sends large
-lists in chunks (one statement and one commit per chunk, unless the caller's
-connection is inside a transaction): each chunk is one ``text[]`` of JSON texts
-in binary form, parsed, checked and inserted by one set-based statement of
-``pepsi.enqueue_lines``. ``enqueue_lines`` does the same for JSON texts the
-caller already has (JSON lines), all chunks in one transaction. A payload is a
-JSON object (a ``dict``; None means ``{}``); anything else raises ``ValueError``
-before the database is asked.
+Each call is one statement (``pepsi.enqueue`` / ``pepsi.enqueue_lines``) or one
+COPY, so a bulk insert is one notification to the dispatcher. ``enqueue_many``
+sends large lists in chunks (one commit per chunk, unless the caller's
+connection is inside a transaction); ``enqueue_lines`` does the same for JSON
+texts the caller already has (JSON lines), all chunks in one transaction. A
+payload is a JSON object (a ``dict``; None means ``{}``); anything else raises
+``ValueError`` before the database is asked.
+
+How a chunk travels: on an autocommit connection outside a transaction, for a
+call without dedupe keys and without ``not_before``, as a ``COPY`` into
+``pepsi.workqueue (stage, priority, payload)`` (producers may insert those
+three columns; the table refuses a bad stage name or a payload that is not an
+object), streamed while it is built, its ids read with ``pepsi.copy_mark()``
+and ``pepsi.copied_ids()``: as fast as a bare COPY. Otherwise, or when the
+COPY is refused (a bad line, no privilege, an older schema), as one ``text[]``
+of JSON texts through ``pepsi.enqueue_lines``, which parses, checks and
+inserts them in one set-based statement and names the first bad line.
 
 ``not_before`` (a timezone-aware ``datetime``, or a ``timedelta`` from now) delays
 the message: it waits as ``paused`` until then and is not counted as a retry::
@@ -34,12 +42,15 @@ returns that message's id (graphile-worker's ``job_key``, PgQueuer's
 from __future__ import annotations
 
 import json
+import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 __all__ = ["DEFAULT_CHUNK", "connect", "enqueue", "enqueue_lines", "enqueue_many", "resolve_dsn"]
@@ -49,6 +60,42 @@ __all__ = ["DEFAULT_CHUNK", "connect", "enqueue", "enqueue_lines", "enqueue_many
 DEFAULT_CHUNK = 20_000
 
 _LINES_SQL = "SELECT pepsi.enqueue_lines(%s, %b::text[], %s, %s::int, %b::text[], %s, %s::bigint)"
+
+#: The COPY path's statement. CSV with separator 0x02 and quote 0x01: JSON text
+#: never holds a raw control character, so each line goes through as it is (no
+#: escaping), the payload last on its row.
+_COPY_SQL = (
+    "COPY pepsi.workqueue (stage, priority, payload) FROM STDIN"
+    " (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
+)
+#: What a line must not hold to travel raw in that COPY (after CR LF became LF).
+_NOT_COPYABLE = re.compile("[\x00-\x02\r]")
+#: A stage name as the table's CHECK takes it (anything else: enqueue_lines says why).
+_STAGE_NAME = re.compile("[A-Za-z0-9_.-]+")
+#: Lines per write into the COPY: the server parses one while the next is built.
+_COPY_BATCH = 1_000
+#: Errors after which a chunk goes through pepsi.enqueue_lines instead: a bad
+#: line (that function names it), no INSERT privilege, a schema before 0041.
+_COPY_REFUSALS = (
+    psycopg.errors.DataError,
+    psycopg.errors.IntegrityError,
+    psycopg.errors.InsufficientPrivilege,
+    psycopg.errors.UndefinedFunction,
+)
+#: Connections whose role or schema refused the COPY path once (not asked again).
+_no_copy: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+
+
+class _CopyRefused(Exception):
+    """The COPY path cannot take these lines; pepsi.enqueue_lines will.
+
+    ``chunk_start``: the first line of the chunk the database refused (None:
+    refused before the database saw a line, or for a reason no line causes).
+    """
+
+    def __init__(self, reason: str, chunk_start: int | None = None) -> None:
+        super().__init__(reason)
+        self.chunk_start = chunk_start
 
 
 def resolve_dsn(dsn: str | None = None, config_path: str | None = None) -> str:
@@ -142,6 +189,81 @@ def _send(
     return [r[0] for r in cur.fetchall()]
 
 
+def _copy_possible(conn: psycopg.Connection) -> bool:
+    """True when this call may COPY: it owns the transaction (so the rows' xmin
+    is that transaction's) and the connection did not refuse before."""
+    return (
+        conn.autocommit
+        and conn.info.transaction_status == TransactionStatus.IDLE
+        and conn not in _no_copy
+    )
+
+
+def _copy(
+    conn: psycopg.Connection, stage: str, batches: Iterable[Sequence[str]], priority: int
+) -> list[int]:
+    """COPY the texts of ``batches`` (JSON objects, none blank) inside the
+    caller's transaction, each batch written as soon as it is built; their ids.
+
+    Raises _CopyRefused (or one of _COPY_REFUSALS) when the lines cannot go
+    this way; the caller's transaction is then to be rolled back.
+    """
+    if not _STAGE_NAME.fullmatch(stage):
+        raise _CopyRefused("not a stage name")
+    row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
+    mark = row[0] if row else None
+    if mark is None:
+        _no_copy.add(conn)  # the sequence caches ids ahead: they cannot be read off it
+        raise _CopyRefused("ids are cached ahead")
+    prefix = f"{stage}\x02{int(priority)}\x02"
+    glue = "\n" + prefix
+    sent = 0
+    with conn.cursor().copy(_COPY_SQL) as cp:
+        for batch in batches:
+            if not batch:
+                continue
+            sent += len(batch)
+            body = "\n".join(batch)
+            if "\r" in body:
+                body = body.replace("\r\n", "\n").removesuffix("\r")
+            if _NOT_COPYABLE.search(body):
+                raise _CopyRefused("a line holds a control character")
+            cp.write(prefix + body.replace("\n", glue) + "\n")
+    row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
+    last = row[0] if row else None
+    if last is not None and last - mark == sent:
+        return list(range(mark + 1, last + 1))  # nobody drew ids meanwhile: ours, in order
+    row = conn.execute("SELECT pepsi.copied_ids(%s)", (mark,)).fetchone()
+    ids = list(row[0]) if row else []
+    if len(ids) != sent:
+        raise _CopyRefused(f"{len(ids)} ids found for {sent} rows")
+    return ids
+
+
+def _refused(conn: psycopg.Connection, exc: BaseException | None) -> None:
+    """Remember a connection whose role or schema cannot COPY."""
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege | psycopg.errors.UndefinedFunction):
+        _no_copy.add(conn)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _dumped(chunk: list[Any], first: int) -> Iterator[list[str]]:
+    """The payloads of ``chunk`` (numbered from ``first``) as JSON texts, a batch at a time."""
+    for start in range(0, len(chunk), _COPY_BATCH):
+        batch = []
+        for i, p in enumerate(chunk[start : start + _COPY_BATCH], first + start):
+            if p is None:
+                p = {}
+            elif not isinstance(p, dict):
+                raise ValueError(
+                    f"payload {i} must be a JSON object (a dict), not {type(p).__name__}"
+                )
+            batch.append(_dumps(p))
+        yield batch
+
+
 def enqueue_many(
     conn: psycopg.Connection,
     stage: str,
@@ -166,21 +288,21 @@ def enqueue_many(
     ids: list[int] = []
     done = 0
     keys = None if dedupe_keys is None else list(dedupe_keys)
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
     for chunk in _chunks(payloads, chunk_size):
-        texts = []
-        for i, p in enumerate(chunk):
-            if p is None:
-                p = {}
-            elif not isinstance(p, dict):
-                raise ValueError(
-                    f"payload {done + i + 1} must be a JSON object (a dict), not {type(p).__name__}"
-                )
-            texts.append(dumps(p))
         part = None if keys is None else keys[done : done + len(chunk)]
         if part is not None and len(part) != len(chunk):
             raise ValueError("dedupe_keys must have one element per payload")
-        ids.extend(_send(conn, stage, texts, when, priority, part, None, done + 1))
+        got = None
+        if part is None and when is None and _copy_possible(conn):
+            try:
+                with conn.transaction():
+                    got = _copy(conn, stage, _dumped(chunk, done + 1), priority)
+            except (_CopyRefused, *_COPY_REFUSALS) as exc:
+                _refused(conn, exc)  # rolled back: the chunk goes the other way
+        if got is None:
+            texts = [t for batch in _dumped(chunk, done + 1) for t in batch]
+            got = _send(conn, stage, texts, when, priority, part, None, done + 1)
+        ids.extend(got)
         done += len(chunk)
         if progress is not None:
             progress(done)
@@ -208,19 +330,76 @@ def enqueue_lines(
     for no JSON, ``InvalidParameterValue`` for JSON that is not an object or a
     bad key). ``key_field``: each message's dedupe key is its payload's member
     of that name (absent or null: no key). Every chunk of ``chunk_size``
-    lines is one statement, all of them in one transaction (the caller's, or
-    one of its own): a bad line anywhere leaves nothing of the call enqueued.
-    ``progress(n)`` gets the number of messages enqueued so far after each
-    chunk (committed at the end).
+    lines is one COPY or one statement, all of them in one transaction (the
+    caller's, or one of its own): a bad line anywhere leaves nothing of the
+    call enqueued. ``progress(n)`` gets the number of messages enqueued so far
+    after each chunk (committed at the end).
     """
     if chunk_size < 1:
         raise ValueError("chunk_size must be positive")
     when = _when(not_before)
+    report = _Progress(progress)
+    if key_field is None and when is None and _copy_possible(conn):
+        try:
+            return _copy_lines(conn, stage, lines, chunk_size, priority, report)
+        except _CopyRefused as exc:
+            # Rolled back. A chunk the COPY refused goes to pepsi.enqueue_lines
+            # alone first: a bad line there is named at once (and raised).
+            _refused(conn, exc.__cause__)
+            if exc.chunk_start is not None:
+                with conn.transaction():
+                    start = exc.chunk_start
+                    texts = list(lines[start : start + chunk_size])
+                    _send(conn, stage, texts, when, priority, None, None, start + 1)
+                    raise psycopg.Rollback from None
     ids: list[int] = []
     with conn.transaction():
         for start in range(0, len(lines), chunk_size):
             texts = list(lines[start : start + chunk_size])
             ids.extend(_send(conn, stage, texts, when, priority, None, key_field, start + 1))
-            if progress is not None:
-                progress(len(ids))
+            report(len(ids))
+    return ids
+
+
+class _Progress:
+    """A progress callback that never goes back: after the COPY path gave up,
+    the other path reports only counts beyond what was already shown."""
+
+    def __init__(self, callback: Callable[[int], None] | None) -> None:
+        self.callback = callback
+        self.shown = 0
+
+    def __call__(self, done: int) -> None:
+        if self.callback is not None and (done > self.shown or done == 0):
+            self.shown = max(self.shown, done)
+            self.callback(done)
+
+
+def _copy_lines(
+    conn: psycopg.Connection,
+    stage: str,
+    lines: Sequence[str],
+    chunk_size: int,
+    priority: int,
+    report: _Progress,
+) -> list[int]:
+    """enqueue_lines through COPY: every chunk in one transaction; blank lines skipped.
+
+    Raises _CopyRefused, with the first line of the refused chunk when the
+    database refused one.
+    """
+    ids: list[int] = []
+    with conn.transaction():
+        for start in range(0, len(lines), chunk_size):
+            chunk = lines[start : start + chunk_size]
+            batches = (
+                [t for t in chunk[b : b + _COPY_BATCH] if t and not t.isspace()]
+                for b in range(0, len(chunk), _COPY_BATCH)
+            )
+            try:
+                ids.extend(_copy(conn, stage, batches, priority))
+            except _COPY_REFUSALS as exc:
+                by_line = isinstance(exc, psycopg.errors.DataError | psycopg.errors.IntegrityError)
+                raise _CopyRefused(str(exc), chunk_start=start if by_line else None) from exc
+            report(len(ids))
     return ids

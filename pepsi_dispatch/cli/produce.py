@@ -4,9 +4,9 @@ and moving them in time.
 ``enqueue`` takes ``--priority`` (higher runs first within a stage) and
 ``--key`` (a dedupe key: while a message with that key is pending, running or
 paused, its id is printed and nothing is inserted); ``enqueue STAGE -`` passes
-the JSON lines of stdin through unparsed to ``pepsi.enqueue_lines`` (chunks of
-one transaction: all or nothing; ``--key-field`` takes each line's key from
-its payload); ``reschedule`` moves a
+the JSON lines of stdin through unparsed with ``enqueue.enqueue_lines`` (a
+COPY, or ``pepsi.enqueue_lines``; chunks of one transaction: all or nothing;
+``--key-field`` takes each line's key from its payload); ``reschedule`` moves a
 waiting message's due time (``pepsi.reschedule``); ``schedules`` lists the
 ``[schedule-NAME]`` sections with their last and next tick. The group in
 cli/queue.py adds these commands; ``obj`` is its context (``conn()``,
@@ -136,7 +136,7 @@ def _enqueue_stdin(
     chunk_size: int,
     progress_every: float,
 ) -> tuple[list[int], Progress]:
-    """``enqueue STAGE -``: the lines of stdin through pepsi.enqueue_lines, one transaction."""
+    """``enqueue STAGE -``: the lines of stdin through enqueue_lines, one transaction."""
     from pepsi_dispatch.enqueue import enqueue_lines
 
     lines = _stdin_lines()

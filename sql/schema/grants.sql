@@ -15,7 +15,13 @@
 -- inline-grant revisions (0003..0013) do not change when this file runs.
 -- Other roles (a DBA's own grants to a login or monitoring role) are left as
 -- they are.  Tables are private: no role but the owner writes them; everything
--- goes through SECURITY DEFINER functions with a pinned search_path.
+-- goes through SECURITY DEFINER functions with a pinned search_path.  One
+-- exception: producers may INSERT the three columns an enqueue sets
+-- (stage, payload, priority) into pepsi.workqueue, so a bulk producer can
+-- COPY (the fast path of pepsi_dispatch.enqueue).  Every other column takes
+-- its default (pending, no key, not held), and the table's CHECK
+-- constraints refuse what pepsi.enqueue refuses (a malformed stage name, a
+-- payload that is not a JSON object).
 --
 -- Who may call what is the GRANT statements below and nothing else: each
 -- function file's `Callers:` header line, the roles table of docs/SQL.md, the
@@ -39,7 +45,11 @@ REVOKE ALL ON ALL TABLES IN SCHEMA pepsi
 GRANT EXECUTE ON FUNCTION
     pepsi.enqueue(text, jsonb, timestamptz, integer, text),
     pepsi.enqueue_many(text, jsonb[], timestamptz, integer, text[]),
-    pepsi.enqueue_lines(text, text[], timestamptz, integer, text[], text, bigint)
+    pepsi.enqueue_lines(text, text[], timestamptz, integer, text[], text, bigint),
+    pepsi.copy_mark(),
+    pepsi.copied_ids(bigint)
+TO pepsi_ingress, pepsi_stage, pepsi_operator;
+GRANT INSERT (stage, payload, priority) ON pepsi.workqueue
 TO pepsi_ingress, pepsi_stage, pepsi_operator;
 
 -- Stage programs.

@@ -1,6 +1,6 @@
 -- Least privilege: each role can do its part and nothing else.
 BEGIN;
-SELECT plan(32);
+SELECT plan(35);
 
 SELECT has_role(r, format('role %s exists', r))
   FROM unnest(ARRAY['pepsi_dispatcher', 'pepsi_stage', 'pepsi_ingress']) AS r;
@@ -29,8 +29,14 @@ SELECT throws_ok(format($$SELECT pepsi.finish(%s, 's')$$, :id1), '42501', NULL, 
 SELECT throws_ok(format('SELECT * FROM pepsi.get_message(%s)', :id1), '42501', NULL, 'ingress cannot read messages');
 SELECT throws_ok($$SELECT * FROM pepsi.claim(1, ARRAY['s'], ARRAY[1])$$, '42501', NULL, 'ingress cannot claim');
 SELECT throws_ok('SELECT count(*) FROM pepsi.workqueue', '42501', NULL, 'ingress cannot read the table');
-SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage) VALUES ('s')$$, '42501', NULL,
-                 'ingress cannot insert into the table directly');
+SELECT lives_ok($$INSERT INTO pepsi.workqueue (stage, payload, priority) VALUES ('s', '{}', 2)$$,
+                'ingress may insert the three columns an enqueue sets (its COPY path)');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, status) VALUES ('s', 'running')$$, '42501', NULL,
+                 'ingress cannot set a status');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, dedupe_key) VALUES ('s', 'k')$$, '42501', NULL,
+                 'ingress cannot set a key past the dedupe look-up');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (workqueue_id, stage) OVERRIDING SYSTEM VALUE
+                   VALUES (1000000, 's')$$, '42501', NULL, 'ingress cannot choose an id');
 RESET ROLE;
 
 SET LOCAL ROLE pepsi_stage;

@@ -1,11 +1,16 @@
-"""pepsi_dispatch.enqueue.enqueue_many and enqueue_lines through pepsi.enqueue_lines."""
+"""pepsi_dispatch.enqueue.enqueue_many and enqueue_lines, by COPY and by pepsi.enqueue_lines."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Iterator
+
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
-from pepsi_dispatch.enqueue import enqueue_lines, enqueue_many
+from pepsi_dispatch import enqueue as enqueue_module
+from pepsi_dispatch.enqueue import enqueue, enqueue_lines, enqueue_many
 
 
 def test_enqueue_many_keys_and_priority_land_in_order(conn: psycopg.Connection) -> None:
@@ -48,3 +53,130 @@ def test_enqueue_lines_is_all_or_nothing_across_chunks(conn: psycopg.Connection)
     assert (
         conn.execute("SELECT count(DISTINCT dedupe_key) FROM pepsi.workqueue").fetchone()[0] == 49
     )
+
+
+# -- the COPY path --------------------------------------------------------------------
+
+
+@pytest.fixture
+def login(conn: psycopg.Connection, dsn: str) -> Iterator[Callable[[str], str]]:
+    """make(sql granting a fresh login role) -> that role's DSN; roles dropped after."""
+    made: list[str] = []
+
+    def make(grant: str) -> str:
+        name = f"producer_{uuid.uuid4().hex[:8]}"
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        conn.execute(grant.format(role=name))
+        made.append(name)
+        return make_conninfo(dsn, user=name)
+
+    yield make
+    for name in made:
+        conn.execute(f"DROP OWNED BY {name}")
+        conn.execute(f"DROP ROLE {name}")
+
+
+def _no_statement_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> list[int]:
+        raise AssertionError("went through pepsi.enqueue_lines, not COPY")
+
+    monkeypatch.setattr(enqueue_module, "_send", refuse)
+
+
+def _rows(conn: psycopg.Connection, ids: list[int]) -> list[tuple]:
+    return conn.execute(
+        "SELECT workqueue_id, stage, status, priority, payload, dedupe_key FROM pepsi.workqueue"
+        " WHERE workqueue_id = ANY(%s) ORDER BY workqueue_id",
+        (ids,),
+    ).fetchall()
+
+
+def test_a_producer_role_copies_and_gets_its_ids_in_order(
+    conn: psycopg.Connection, login: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_statement_path(monkeypatch)
+    docs = [{"n": i, "s": 'é\\\t\n"x\u2028'} for i in range(23)] + [None]
+    with psycopg.connect(login("GRANT pepsi_ingress TO {role}"), autocommit=True) as producer:
+        ids = enqueue_many(producer, "s", docs, chunk_size=10, priority=-3)
+        assert ids == list(range(ids[0], ids[0] + 24)), "one id per payload, in order"
+        lines = ['{"a": 1}', "", "  \r", '{"b": "x"}\r', '\t{"c": [1, 2]} ']
+        more = enqueue_lines(producer, "t", lines, chunk_size=2, priority=4)
+    assert [r[4] for r in _rows(conn, ids)] == docs[:23] + [{}]
+    assert {(r[1], r[2], r[3], r[5]) for r in _rows(conn, ids)} == {("s", "pending", -3, None)}
+    assert [(r[1], r[3], r[4]) for r in _rows(conn, more)] == [
+        ("t", 4, {"a": 1}),
+        ("t", 4, {"b": "x"}),
+        ("t", 4, {"c": [1, 2]}),
+    ], "blank lines skipped, CR LF and surrounding whitespace taken as JSON takes them"
+
+
+def test_ids_drawn_by_another_producer_during_the_copy_are_not_returned(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as other:
+        theirs: list[int] = []
+
+        def batches() -> Iterator[list[str]]:
+            yield ['{"mine": 1}', '{"mine": 2}']
+            theirs.append(enqueue(other, "s", {"theirs": 1}))  # committed mid-COPY
+            yield ['{"mine": 3}']
+
+        with conn.transaction():
+            ids = enqueue_module._copy(conn, "s", batches(), 0)
+    assert theirs[0] not in ids
+    assert [r[4] for r in _rows(conn, ids)] == [{"mine": 1}, {"mine": 2}, {"mine": 3}]
+    assert ids == sorted(ids)
+
+
+def test_inside_the_callers_transaction_the_statement_path_is_taken(dsn: str) -> None:
+    with psycopg.connect(dsn) as caller:  # not autocommit: the caller commits
+        caller.execute("SELECT 1")
+        enqueue_many(caller, "s", [{"n": 1}, {"n": 2}])
+        enqueue_lines(caller, "s", ['{"n": 3}'])
+        assert caller.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 3
+        caller.rollback()
+        assert caller.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 0
+
+
+def test_a_role_that_may_not_insert_falls_back_and_is_not_asked_again(
+    conn: psycopg.Connection, login: Callable[[str], str]
+) -> None:
+    only_execute = login(
+        "GRANT USAGE ON SCHEMA pepsi TO {role};"
+        " GRANT EXECUTE ON FUNCTION pepsi.enqueue_lines(text, text[], timestamptz, integer,"
+        " text[], text, bigint), pepsi.copy_mark() TO {role}"
+    )
+    with psycopg.connect(only_execute, autocommit=True) as producer:
+        ids = enqueue_many(producer, "s", [{"n": i} for i in range(5)])
+        assert producer in enqueue_module._no_copy
+        ids += enqueue_lines(producer, "s", ['{"n": 5}'])
+    assert [r[4] for r in _rows(conn, ids)] == [{"n": i} for i in range(6)]
+
+
+def test_a_sequence_that_caches_ahead_falls_back(conn: psycopg.Connection) -> None:
+    conn.execute("ALTER SEQUENCE pepsi.workqueue_workqueue_id_seq CACHE 20")
+    with psycopg.connect(conn.info.dsn, autocommit=True) as producer:
+        ids = enqueue_many(producer, "s", [{"n": i} for i in range(3)])
+        assert producer in enqueue_module._no_copy
+    assert [r[4] for r in _rows(conn, ids)] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "says"),
+    [
+        ('{"n": "\x01"}', psycopg.errors.InvalidTextRepresentation, "line 23 is not JSON"),
+        ('{"n": 1}\r{"n": 2}', psycopg.errors.InvalidTextRepresentation, "line 23 is not JSON"),
+        ("[1]", psycopg.errors.InvalidParameterValue, "line 23 must be a JSON object"),
+        ('{"n": oops}', psycopg.errors.InvalidTextRepresentation, "line 23 is not JSON"),
+    ],
+)
+def test_a_line_the_copy_refuses_is_named_and_nothing_stays(
+    conn: psycopg.Connection, bad: str, error: type[Exception], says: str
+) -> None:
+    lines = [f'{{"n": {i}}}' for i in range(30)]
+    lines[22] = bad
+    seen: list[int] = []
+    with pytest.raises(error, match=says):
+        enqueue_lines(conn, "s", lines, chunk_size=10, progress=seen.append)
+    assert seen == [10, 20], "progress never goes back when the other path names the line"
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 0

@@ -109,7 +109,9 @@ def test_the_grants_file_names_every_api_function() -> None:
 
 def _privileges(conn: psycopg.Connection) -> dict[str, list[tuple]]:
     return {
-        k: v for k, v in snapshot(conn).items() if k in ("namespaces", "relations", "functions")
+        k: v
+        for k, v in snapshot(conn).items()
+        if k in ("namespaces", "relations", "columns", "functions")
     }
 
 

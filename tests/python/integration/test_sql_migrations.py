@@ -53,6 +53,11 @@ SNAPSHOT = {
         SELECT c.relname, c.relkind, c.reloptions::text, c.relacl::text
           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = 'pepsi'""",
+    "columns": """
+        SELECT c.relname, a.attname, a.attacl::text
+          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'pepsi' AND a.attacl IS NOT NULL""",
     "functions": """
         SELECT p.proname, pg_get_function_identity_arguments(p.oid), md5(p.prosrc),
                p.prosecdef, p.proconfig::text, p.proacl::text

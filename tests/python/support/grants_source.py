@@ -25,6 +25,11 @@ _GRANT_EXECUTE = re.compile(
 _GRANT_SELECT = re.compile(
     r"GRANT\s+SELECT\s+ON\s+(?P<what>.+?)\s+TO\s+(?P<roles>[\w\s,]+)$", re.DOTALL
 )
+_GRANT_INSERT = re.compile(
+    r"GRANT\s+INSERT\s+\((?P<columns>[\w\s,]+)\)\s+ON\s+pepsi\.(?P<table>\w+)"
+    r"\s+TO\s+(?P<roles>[\w\s,]+)$",
+    re.DOTALL,
+)
 
 
 def without_comments(sql: str) -> str:
@@ -64,6 +69,19 @@ def select_grants(sql: str) -> dict[str, set[str]]:
         tables = {"*"} if "ALL TABLES" in what else set(re.findall(r"pepsi\.(\w+)", what))
         for role in _roles(m["roles"]):
             out.setdefault(role, set()).update(tables)
+    return out
+
+
+def insert_grants(sql: str) -> dict[str, set[str]]:
+    """role -> the column INSERT grants it holds, each as ``table (col, col)``."""
+    out: dict[str, set[str]] = {}
+    for stmt in _statements(sql):
+        m = _GRANT_INSERT.match(stmt)
+        if not m:
+            continue
+        columns = ", ".join(c.strip() for c in m["columns"].split(","))
+        for role in _roles(m["roles"]):
+            out.setdefault(role, set()).add(f"{m['table']} ({columns})")
     return out
 
 

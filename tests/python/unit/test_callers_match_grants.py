@@ -25,6 +25,7 @@ from grants_source import (
     function_files,
     head_grants,
     header_disagreements,
+    insert_grants,
     pepsi_calls,
     select_grants,
 )
@@ -39,33 +40,49 @@ PROGRAMS = {
 }
 
 
-def roles_table(markdown: str) -> dict[str, tuple[set[str], set[str]]]:
-    """role -> (tables it reads, functions it executes) from docs/SQL.md's roles table."""
+#: role -> (tables it reads, column INSERT grants, functions it executes)
+RolesTable = dict[str, tuple[set[str], set[str], set[str]]]
+
+
+def roles_table(markdown: str) -> RolesTable:
+    """docs/SQL.md's roles table: its tables cell is ``SELECT on a, b`` and/or
+    ``INSERT (col, col) on table``, separated by ``;``."""
     start = markdown.index("| role | schema | tables | functions |")
     out = {}
     for line in markdown[start:].splitlines()[2:]:
         if not line.startswith("|"):
             break
         role, _schema, tables, functions = (c.strip() for c in line.strip("|").split("|"))
-        tables = tables.removeprefix("SELECT on ")
-        table_set = {"*"} if tables == "all" else {t for t in re.findall(r"\w+", tables)}
-        out[role.strip("`")] = (table_set, set(re.findall(r"\w+", functions)))
+        table_set: set[str] = set()
+        inserts: set[str] = set()
+        for part in tables.split(";"):
+            part = part.strip()
+            if m := re.fullmatch(r"INSERT \(([\w, ]+)\) on (\w+)", part):
+                inserts.add(f"{m[2]} ({m[1]})")
+                continue
+            part = part.removeprefix("SELECT on ")
+            table_set |= {"*"} if part == "all" else set(re.findall(r"\w+", part))
+        out[role.strip("`")] = (table_set, inserts, set(re.findall(r"\w+", functions)))
     return out
 
 
-def table_disagreements(doc: dict[str, tuple[set[str], set[str]]], grants_sql: str) -> list[str]:
+def table_disagreements(doc: RolesTable, grants_sql: str) -> list[str]:
     """One line per role whose row differs from the grants file."""
     functions = by_role(execute_grants(grants_sql))
     tables = select_grants(grants_sql)
+    inserts = insert_grants(grants_sql)
     out = []
     for role in sorted(set(functions) | set(doc)):
-        doc_tables, doc_functions = doc.get(role, (set(), set()))
+        doc_tables, doc_inserts, doc_functions = doc.get(role, (set(), set(), set()))
         if doc_functions != functions.get(role, set()):
             extra = sorted(doc_functions - functions.get(role, set()))
             missing = sorted(functions.get(role, set()) - doc_functions)
             out.append(f"{role} functions: listed but not granted {extra}, granted {missing}")
         if doc_tables != tables.get(role, set()):
             out.append(f"{role} tables: {sorted(doc_tables)} vs {sorted(tables.get(role, set()))}")
+        if doc_inserts != inserts.get(role, set()):
+            granted = sorted(inserts.get(role, set()))
+            out.append(f"{role} inserts: {sorted(doc_inserts)} vs {granted}")
     return out
 
 
@@ -151,14 +168,18 @@ def test_the_roles_table_of_sql_md_is_the_grants() -> None:
 
 def test_the_roles_table_check_sees_a_wrong_row() -> None:
     grants_sql = """GRANT EXECUTE ON FUNCTION pepsi.reschedule(bigint) TO pepsi_operator;
-GRANT SELECT ON pepsi.workqueue TO pepsi_operator;"""
+GRANT SELECT ON pepsi.workqueue TO pepsi_operator;
+GRANT INSERT (stage, payload) ON pepsi.workqueue TO pepsi_operator, pepsi_ingress;"""
     doc = roles_table(
         "| role | schema | tables | functions |\n|---|---|---|---|\n"
-        "| `pepsi_operator` | USAGE | SELECT on workqueue, config | cancel |\n"
+        "| `pepsi_operator` | USAGE | SELECT on workqueue, config; INSERT (stage) on workqueue"
+        " | cancel |\n"
+        "| `pepsi_ingress` | USAGE | INSERT (stage, payload) on workqueue | — |\n"
     )
     assert table_disagreements(doc, grants_sql) == [
         "pepsi_operator functions: listed but not granted ['cancel'], granted ['reschedule']",
         "pepsi_operator tables: ['config', 'workqueue'] vs ['workqueue']",
+        "pepsi_operator inserts: ['workqueue (stage)'] vs ['workqueue (stage, payload)']",
     ]
 
 
