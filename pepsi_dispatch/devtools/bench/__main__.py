@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         "--bulk",
         action="store_true",
         help="bulk enqueue: --messages (default here 100,000) through COPY (the floor),"
-        " enqueue_many and pepsi-queue enqueue -, with and without keys; --runs rounds"
+        " enqueue_many, pepsi-queue enqueue - and graphile-worker's add_jobs, with and"
+        " without keys; --runs rounds"
         " (see pepsi_dispatch.devtools.bench.bulk)",
     )
     args = parser.parse_args(argv)
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             machine_facts(conn)
         n = args.messages if "--messages" in (argv or sys.argv) else 100_000
-        return bulk.main(dsn, n, args.runs)
+        return bulk.main(dsn, n, args.runs, Path(args.peers_dir))
     if args.scrape > 0:
         from pepsi_dispatch.devtools.bench.scrape import compare
 

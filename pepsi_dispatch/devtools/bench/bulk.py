@@ -9,9 +9,16 @@ Each round times, on an emptied ``pepsi.workqueue`` after a CHECKPOINT:
   floor for a Python producer holding dicts;
 - ``enqueue_many`` (dicts) and ``enqueue_many+keys`` (priority 5, one key per row);
 - ``cli``: ``pepsi-queue enqueue bench - --force -q < FILE`` (a new process:
-  its start-up counts) and ``cli+keys`` (``--key-field key --priority 5``).
+  its start-up counts) and ``cli+keys`` (``--key-field key --priority 5``);
+- ``graphile add_jobs`` (and ``+keys``: a ``job_key`` and a priority each):
+  the statement graphile-worker's ``addJobs`` sends, with the same payloads
+  as one JSON text (``json_populate_recordset`` into ``add_jobs``), in its
+  own database (``pepsi_peer_graphile``, migrated by graphile-worker itself),
+  when ``--peers-dir`` holds graphile-worker (installed there if node/npm
+  are found).
 
-Rounds are interleaved; ratios are floor time / time (1.0: as fast as COPY).
+Rounds are interleaved; ratios are floor time / time (1.0: as fast as COPY),
+and for ours also graphile's time / ours.
 """
 
 from __future__ import annotations
@@ -52,7 +59,30 @@ def _copy_text(lines: bytes, keys: bool) -> bytes:
     return b"".join(out)
 
 
-def main(dsn: str, n: int, rounds: int) -> int:
+#: The statement of graphile-worker 0.17's addJobs (helpers.js, makeAddJobs).
+GRAPHILE_ADD_JOBS = (
+    "SELECT * FROM graphile_worker.add_jobs(array(SELECT json_populate_recordset("
+    "null::graphile_worker.job_spec, %s::json)), false)"
+)
+
+
+def _graphile_dsn(dsn: str, peers_dir: Path | None) -> str | None:
+    """The migrated graphile-worker database beside ``dsn``, or None (not installed)."""
+    if peers_dir is None:
+        return None
+    from pepsi_dispatch.devtools.bench.peer_drivers import _dsn_for, _ensure_db, _url_for, install
+
+    if not install(peers_dir).get("graphile"):
+        say("bulk: graphile-worker is not installed (node/npm missing); its rows are left out")
+        return None
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        _ensure_db(admin, "pepsi_peer_graphile")
+    node = ["node", str(peers_dir.resolve() / "graphile_run.js")]
+    subprocess.run([*node, _url_for(dsn, "pepsi_peer_graphile"), "migrate"], check=True)
+    return _dsn_for(dsn, "pepsi_peer_graphile")
+
+
+def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
     """Run ``rounds`` interleaved rounds of every variant; print times and ratios."""
     rows = _rows(n)
     raw = "".join(json.dumps(r) + "\n" for r in rows).encode()
@@ -96,50 +126,74 @@ def main(dsn: str, n: int, rounds: int) -> int:
                 for r in rows:
                     cp.write_row((STAGE, json.dumps(r)))
 
-        variants: dict[str, tuple[Callable[[psycopg.Connection], None], str]] = {
-            "copy": (copy(copy_plain, "stage, payload"), "copy"),
-            "copy dicts": (copy_dicts, "copy dicts"),
-            "cli": (cli(), "copy"),
-            "copy+keys": (copy(copy_keyed, "stage, payload, priority, dedupe_key"), "copy+keys"),
-            "cli+keys": (cli("--key-field", "key", "--priority", "5"), "copy+keys"),
-        }
-
         def api(conn: psycopg.Connection) -> None:
             enqueue_many(conn, STAGE, rows)
 
         def api_keys(conn: psycopg.Connection) -> None:
             enqueue_many(conn, STAGE, rows, priority=5, dedupe_keys=keys)
 
-        variants = {
-            "copy": variants["copy"],
-            "copy dicts": variants["copy dicts"],
-            "enqueue_many": (api, "copy dicts"),
-            "cli": variants["cli"],
-            "copy+keys": variants["copy+keys"],
-            "enqueue_many+keys": (api_keys, "copy+keys"),
-            "cli+keys": variants["cli+keys"],
+        def graphile(keyed: bool) -> Callable[[psycopg.Connection], None]:
+            def run(gconn: psycopg.Connection) -> None:
+                specs = [
+                    {"identifier": "noop", "payload": r, "job_key": r["key"], "priority": 5}
+                    if keyed
+                    else {"identifier": "noop", "payload": r}
+                    for r in rows
+                ]
+                gconn.execute(GRAPHILE_ADD_JOBS, (json.dumps(specs),)).fetchall()
+
+            return run
+
+        # name -> (run, its floor, its database: ours or graphile-worker's)
+        variants: dict[str, tuple[Callable[[psycopg.Connection], None], str, bool]] = {
+            "copy": (copy(copy_plain, "stage, payload"), "copy", False),
+            "copy dicts": (copy_dicts, "copy dicts", False),
+            "enqueue_many": (api, "copy dicts", False),
+            "cli": (cli(), "copy", False),
+            "copy+keys": (
+                copy(copy_keyed, "stage, payload, priority, dedupe_key"),
+                "copy+keys",
+                False,
+            ),
+            "enqueue_many+keys": (api_keys, "copy+keys", False),
+            "cli+keys": (cli("--key-field", "key", "--priority", "5"), "copy+keys", False),
+        }
+        gdsn = _graphile_dsn(dsn, peers_dir)
+        if gdsn is not None:
+            variants["graphile add_jobs"] = (graphile(False), "copy dicts", True)
+            variants["graphile add_jobs+keys"] = (graphile(True), "copy+keys", True)
+        against = {
+            "enqueue_many": "graphile add_jobs",
+            "cli": "graphile add_jobs",
+            "enqueue_many+keys": "graphile add_jobs+keys",
+            "cli+keys": "graphile add_jobs+keys",
         }
         times: dict[str, list[float]] = {v: [] for v in variants}
         say(
             f"bulk enqueue: {n:,} messages, {rounds} interleaved rounds, {len(raw):,} bytes of JSON"
         )
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with (
+            psycopg.connect(dsn, autocommit=True) as conn,
+            psycopg.connect(gdsn or dsn, autocommit=True) as gconn,
+        ):
             for r in range(rounds):
-                for name, (run, _) in variants.items():
-                    conn.execute("TRUNCATE pepsi.workqueue")
-                    conn.execute("CHECKPOINT")
+                for name, (run, _, theirs) in variants.items():
+                    c = gconn if theirs else conn
+                    table = "graphile_worker._private_jobs" if theirs else "pepsi.workqueue"
+                    c.execute(f"TRUNCATE {table}")
+                    c.execute("CHECKPOINT")
                     t0 = time.perf_counter()
-                    run(conn)
+                    run(c)
                     elapsed = time.perf_counter() - t0
-                    got = conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()
+                    got = c.execute(f"SELECT count(*) FROM {table}").fetchone()
                     assert got is not None and got[0] == n, (name, got)
                     times[name].append(elapsed)
                     say(
-                        f"  round {r + 1} {name:<18} {elapsed:6.3f} s"
+                        f"  round {r + 1} {name:<22} {elapsed:6.3f} s"
                         f"  (load {os.getloadavg()[0]:.2f})"
                     )
-        say("  variant            seconds per round         median   ratio to its floor")
-        for name, (_, floor) in variants.items():
+        say("  variant                seconds per round         median   ratio to its floor")
+        for name, (_, floor, _) in variants.items():
             med = statistics.median(times[name])
             fmed = statistics.median(times[floor])
             per = " / ".join(f"{t:.3f}" for t in times[name])
@@ -147,7 +201,14 @@ def main(dsn: str, n: int, rounds: int) -> int:
                 f"{f / t:.2f}" for f, t in zip(times[floor], times[name], strict=True)
             )
             say(
-                f"  {name:<18} {per:<26} {med:6.3f}   {fmed / med:.2f} (of {floor};"
+                f"  {name:<22} {per:<26} {med:6.3f}   {fmed / med:.2f} (of {floor};"
                 f" per round {per_ratio})"
             )
+        for ours, peer in against.items():
+            if peer in times:
+                ratios = [g / o for g, o in zip(times[peer], times[ours], strict=True)]
+                say(
+                    f"  {ours:<22} {statistics.median(ratios):.2f}x the speed of {peer}"
+                    f" (per round {' / '.join(f'{x:.2f}' for x in ratios)})"
+                )
     return 0
