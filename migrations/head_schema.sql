@@ -601,15 +601,18 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pepsi.copied_ids(after bigint) RETURNS bigint[]
+CREATE FUNCTION pepsi.copied_ids(after bigint, copied bigint) RETURNS bigint[]
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     AS $$
-    SELECT coalesce(array_agg(w.workqueue_id ORDER BY w.workqueue_id), '{}')
-      FROM pepsi.workqueue AS w
-     WHERE w.workqueue_id > copied_ids.after
-       AND w.xmin = pg_current_xact_id()::xid
+    SELECT CASE WHEN count(*) = 1 THEN min(g.ids) END
+      FROM (SELECT array_agg(w.workqueue_id ORDER BY w.workqueue_id) AS ids
+              FROM pepsi.workqueue AS w
+             WHERE w.workqueue_id > copied_ids.after
+               AND w.xmin = pg_current_xact_id()::xid
+             GROUP BY w.cmin::text::bigint
+            HAVING count(*) = copied_ids.copied) AS g
 $$;
 
 CREATE FUNCTION pepsi.copy_mark() RETURNS bigint
@@ -2988,10 +2991,10 @@ GRANT ALL ON FUNCTION pepsi.claim(dispatcher_id bigint, stages text[], caps inte
 REVOKE ALL ON FUNCTION pepsi.claim_lines(dispatcher_id bigint, stages text[], caps integer[], skip_locked boolean, after_ids bigint[], line_limits integer[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.claim_lines(dispatcher_id bigint, stages text[], caps integer[], skip_locked boolean, after_ids bigint[], line_limits integer[]) TO pepsi_dispatcher;
 
-REVOKE ALL ON FUNCTION pepsi.copied_ids(after bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint) TO pepsi_ingress;
-GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint) TO pepsi_stage;
-GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint) TO pepsi_operator;
+REVOKE ALL ON FUNCTION pepsi.copied_ids(after bigint, copied bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint, copied bigint) TO pepsi_ingress;
+GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint, copied bigint) TO pepsi_stage;
+GRANT ALL ON FUNCTION pepsi.copied_ids(after bigint, copied bigint) TO pepsi_operator;
 
 REVOKE ALL ON FUNCTION pepsi.copy_mark() FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.copy_mark() TO pepsi_ingress;

@@ -24,6 +24,12 @@ COPY is refused (a bad line, no privilege, an older schema), as one ``text[]``
 of JSON texts through ``pepsi.enqueue_lines``, which parses, checks and
 inserts them in one set-based statement and names the first bad line.
 
+A connection shared with other threads: the COPY path's transaction also
+holds whatever another thread runs on that connection meanwhile (psycopg
+shares one transaction per connection). Those statements commit with it,
+and are never taken for the COPY's rows; but if the chunk fails (a bad
+line), they are rolled back with it. Give each thread its own connection.
+
 ``not_before`` (a timezone-aware ``datetime``, or a ``timedelta`` from now) delays
 the message: it waits as ``paused`` until then and is not counted as a retry::
 
@@ -50,10 +56,19 @@ from itertools import islice
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
-__all__ = ["DEFAULT_CHUNK", "connect", "enqueue", "enqueue_lines", "enqueue_many", "resolve_dsn"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "AmbiguousIdsError",
+    "connect",
+    "enqueue",
+    "enqueue_lines",
+    "enqueue_many",
+    "is_blank",
+    "resolve_dsn",
+]
 
 #: Payloads per ``pepsi.enqueue_lines`` statement (measured: 10,000 to 50,000
 #: cost the same per row; docs/BENCHMARKS.md, *Bulk enqueue*).
@@ -191,22 +206,37 @@ def _send(
 
 def _copy_possible(conn: psycopg.Connection) -> bool:
     """True when this call may COPY: it owns the transaction (so the rows' xmin
-    is that transaction's) and the connection did not refuse before."""
+    is that transaction's), not in pipeline mode (no COPY there), and the
+    connection did not refuse before."""
     return (
         conn.autocommit
         and conn.info.transaction_status == TransactionStatus.IDLE
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
         and conn not in _no_copy
     )
 
 
+def is_blank(line: str) -> bool:
+    """A blank JSON line: empty or only ASCII whitespace (skipped, no message).
+
+    Narrower than Python's ``str.isspace``: a line of other whitespace (U+00A0,
+    0x1F, ...) goes to the database, which decides as ``pepsi.enqueue_lines``
+    does (in the database's locale).
+    """
+    return not line.strip(" \t\n\r\x0b\x0c")
+
+
 def _copy(
     conn: psycopg.Connection, stage: str, batches: Iterable[Sequence[str]], priority: int
-) -> list[int]:
+) -> list[int] | None:
     """COPY the texts of ``batches`` (JSON objects, none blank) inside the
     caller's transaction, each batch written as soon as it is built; their ids.
 
-    Raises _CopyRefused (or one of _COPY_REFUSALS) when the lines cannot go
-    this way; the caller's transaction is then to be rolled back.
+    None (the rows are in, to be committed): another statement of this
+    transaction inserted as many rows meanwhile (another thread on this
+    connection), so the COPY's ids cannot be told from its. Raises
+    _CopyRefused (or one of _COPY_REFUSALS) when the lines cannot go this
+    way; the caller's transaction is then to be rolled back.
     """
     if not _STAGE_NAME.fullmatch(stage):
         raise _CopyRefused("not a stage name")
@@ -233,11 +263,16 @@ def _copy(
     last = row[0] if row else None
     if last is not None and last - mark == sent:
         return list(range(mark + 1, last + 1))  # nobody drew ids meanwhile: ours, in order
-    row = conn.execute("SELECT pepsi.copied_ids(%s)", (mark,)).fetchone()
-    ids = list(row[0]) if row else []
-    if len(ids) != sent:
-        raise _CopyRefused(f"{len(ids)} ids found for {sent} rows")
-    return ids
+    row = conn.execute("SELECT pepsi.copied_ids(%s, %s)", (mark, sent)).fetchone()
+    return None if row is None or row[0] is None else list(row[0])
+
+
+class AmbiguousIdsError(RuntimeError):
+    """The messages were enqueued (committed), but the ids of some cannot be
+    told: another thread ran a statement on this connection inside the call's
+    transaction that inserted as many rows at the same time. Share a
+    connection between threads only when no call is running on it, or give
+    each thread its own."""
 
 
 def _refused(conn: psycopg.Connection, exc: BaseException | None) -> None:
@@ -287,6 +322,7 @@ def enqueue_many(
     when = _when(not_before)
     ids: list[int] = []
     done = 0
+    ambiguous = False
     keys = None if dedupe_keys is None else list(dedupe_keys)
     for chunk in _chunks(payloads, chunk_size):
         part = None if keys is None else keys[done : done + len(chunk)]
@@ -297,6 +333,9 @@ def enqueue_many(
             try:
                 with conn.transaction():
                     got = _copy(conn, stage, _dumped(chunk, done + 1), priority)
+                    if got is None:
+                        ambiguous = True
+                        got = []
             except (_CopyRefused, *_COPY_REFUSALS) as exc:
                 _refused(conn, exc)  # rolled back: the chunk goes the other way
         if got is None:
@@ -308,6 +347,12 @@ def enqueue_many(
             progress(done)
     if keys is not None and len(keys) != done:
         raise ValueError("dedupe_keys must have one element per payload")
+    if ambiguous:
+        raise AmbiguousIdsError(
+            f"all {done} messages were enqueued, but the ids of some cannot be told from those"
+            " of another thread's statement on this connection (give each thread its own"
+            " connection)"
+        )
     return ids
 
 
@@ -389,17 +434,28 @@ def _copy_lines(
     database refused one.
     """
     ids: list[int] = []
+    ambiguous = False
     with conn.transaction():
         for start in range(0, len(lines), chunk_size):
             chunk = lines[start : start + chunk_size]
             batches = (
-                [t for t in chunk[b : b + _COPY_BATCH] if t and not t.isspace()]
+                [t for t in chunk[b : b + _COPY_BATCH] if not is_blank(t)]
                 for b in range(0, len(chunk), _COPY_BATCH)
             )
             try:
-                ids.extend(_copy(conn, stage, batches, priority))
+                got = _copy(conn, stage, batches, priority)
             except _COPY_REFUSALS as exc:
                 by_line = isinstance(exc, psycopg.errors.DataError | psycopg.errors.IntegrityError)
                 raise _CopyRefused(str(exc), chunk_start=start if by_line else None) from exc
+            if got is None:
+                ambiguous = True
+            else:
+                ids.extend(got)
             report(len(ids))
+    if ambiguous:
+        raise AmbiguousIdsError(
+            f"all lines were enqueued, {len(ids)} with known ids; the ids of the others cannot"
+            " be told from those of another thread's statement on this connection (give each"
+            " thread its own connection)"
+        )
     return ids

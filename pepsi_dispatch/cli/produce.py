@@ -137,10 +137,10 @@ def _enqueue_stdin(
     progress_every: float,
 ) -> tuple[list[int], Progress]:
     """``enqueue STAGE -``: the lines of stdin through enqueue_lines, one transaction."""
-    from pepsi_dispatch.enqueue import enqueue_lines
+    from pepsi_dispatch.enqueue import enqueue_lines, is_blank
 
     lines = _stdin_lines()
-    total = sum(1 for line in lines if not line.isspace() and line)
+    total = sum(1 for line in lines if not is_blank(line))
     report = Progress(total, every=progress_every)
     try:
         ids = enqueue_lines(

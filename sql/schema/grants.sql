@@ -47,7 +47,7 @@ GRANT EXECUTE ON FUNCTION
     pepsi.enqueue_many(text, jsonb[], timestamptz, integer, text[]),
     pepsi.enqueue_lines(text, text[], timestamptz, integer, text[], text, bigint),
     pepsi.copy_mark(),
-    pepsi.copied_ids(bigint)
+    pepsi.copied_ids(bigint, bigint)
 TO pepsi_ingress, pepsi_stage, pepsi_operator;
 GRANT INSERT (stage, payload, priority) ON pepsi.workqueue
 TO pepsi_ingress, pepsi_stage, pepsi_operator;

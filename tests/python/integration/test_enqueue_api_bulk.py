@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -180,3 +181,70 @@ def test_a_line_the_copy_refuses_is_named_and_nothing_stays(
         enqueue_lines(conn, "s", lines, chunk_size=10, progress=seen.append)
     assert seen == [10, 20], "progress never goes back when the other path names the line"
     assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 0
+
+
+def test_a_connection_shared_with_another_thread_loses_nothing(dsn: str) -> None:
+    """Thread A's COPY transactions take in thread B's statements on the same
+    connection; B's rows must not be rolled back with a chunk, and A's ids
+    must still be A's."""
+    with psycopg.connect(dsn, autocommit=True) as shared:
+        a_ids: list[int] = []
+        b_ids: list[int] = []
+        done = threading.Event()
+
+        def producer_b() -> None:
+            i = 0
+            while not done.is_set():
+                b_ids.append(enqueue(shared, "b", {"b": i}))
+                i += 1
+
+        thread = threading.Thread(target=producer_b)
+        thread.start()
+        try:
+            for call in range(15):
+                docs = [{"a": call * 1000 + i} for i in range(1000)]
+                a_ids += enqueue_many(shared, "a", docs, chunk_size=250)
+        finally:
+            done.set()
+            thread.join(timeout=30)
+    with psycopg.connect(dsn) as check:
+        a_rows = dict(
+            check.execute(
+                "SELECT workqueue_id, (payload->>'a')::int FROM pepsi.workqueue WHERE stage = 'a'"
+            ).fetchall()
+        )
+        b_found = check.execute(
+            "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s) AND stage = 'b'",
+            (b_ids,),
+        ).fetchone()[0]
+    assert b_found == len(b_ids) > 0, "every id thread B got back is in the table"
+    assert [a_rows[i] for i in a_ids] == list(range(15_000)), "A's ids are A's, in order"
+    assert len(a_rows) == 15_000
+
+
+def test_pipeline_mode_takes_the_statement_path(conn: psycopg.Connection) -> None:
+    with conn.pipeline():
+        ids = enqueue_many(conn, "s", [{"n": 1}, {"n": 2}])
+        ids += enqueue_lines(conn, "s", ['{"n": 3}'])
+    assert [r[4] for r in _rows(conn, ids)] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
+@pytest.mark.parametrize("odd", ["\x1f", "\u00a0", "\u2007"])
+def test_a_line_of_other_whitespace_is_judged_by_the_database(
+    conn: psycopg.Connection, odd: str
+) -> None:
+    """Only ASCII whitespace is blank on the COPY path; anything else is what
+    pepsi.enqueue_lines makes of it, so both paths agree."""
+    lines = ['{"n": 1}', odd, '{"n": 2}']
+    try:
+        fast = ("ids", len(enqueue_lines(conn, "s", lines)))
+    except psycopg.Error as exc:
+        fast = ("error", str(exc).splitlines()[0])
+    conn.execute("TRUNCATE pepsi.workqueue")
+    with conn.transaction():  # inside a transaction: the statement path
+        try:
+            with conn.transaction():
+                slow = ("ids", len(enqueue_lines(conn, "s", lines)))
+        except psycopg.Error as exc:
+            slow = ("error", str(exc).splitlines()[0])
+    assert fast == slow
