@@ -7,7 +7,10 @@ Each round times, on an emptied ``pepsi.workqueue`` after a CHECKPOINT:
   ``copy+keys`` adds ``priority`` and ``dedupe_key`` columns;
 - ``copy dicts``: the same rows from Python dicts (``json.dumps`` + COPY), the
   floor for a Python producer holding dicts;
-- ``enqueue_many`` (dicts) and ``enqueue_many+keys`` (priority 5, one key per row);
+- ``enqueue_many`` (dicts; on an autocommit connection: its COPY path),
+  ``enqueue_many in a tx`` (inside the caller's transaction: one
+  ``pepsi.enqueue_lines`` statement per chunk) and ``enqueue_many+keys``
+  (priority 5, one key per row: the statement path);
 - ``cli``: ``pepsi-queue enqueue bench - --force -q < FILE`` (a new process:
   its start-up counts) and ``cli+keys`` (``--key-field key --priority 5``);
 - ``graphile add_jobs`` (and ``+keys``: a ``job_key`` and a priority each):
@@ -129,6 +132,10 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
         def api(conn: psycopg.Connection) -> None:
             enqueue_many(conn, STAGE, rows)
 
+        def api_in_transaction(conn: psycopg.Connection) -> None:
+            with conn.transaction():  # the caller's transaction: the statement path
+                enqueue_many(conn, STAGE, rows)
+
         def api_keys(conn: psycopg.Connection) -> None:
             enqueue_many(conn, STAGE, rows, priority=5, dedupe_keys=keys)
 
@@ -149,6 +156,7 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
             "copy": (copy(copy_plain, "stage, payload"), "copy", False),
             "copy dicts": (copy_dicts, "copy dicts", False),
             "enqueue_many": (api, "copy dicts", False),
+            "enqueue_many in a tx": (api_in_transaction, "copy dicts", False),
             "cli": (cli(), "copy", False),
             "copy+keys": (
                 copy(copy_keyed, "stage, payload, priority, dedupe_key"),
