@@ -69,10 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--floor",
-        action="store_true",
-        help="also measure, each round, the floor: the drain's statements (claim, pin,"
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure, each round, the floor: the drain's statements (claim, pin,"
         " finish_many) in a bare loop on PARALLELISM connections, batches of QUEUE_LIMIT,"
-        " 1 stage (see devtools/bench/floor.py); rows get their ratio to it",
+        " 1 stage (see devtools/bench/floor.py); rows get their ratio to it (default: on"
+        " with --stages 1, whose drains it is the floor of; --peers measures one per"
+        " setting of its rows)",
     )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument(
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         counts = [0, *(int(n) for n in args.replicas.split(",") if n.strip())]
         runs = [(w, n) for w in workers for n in counts]
-        if args.floor:
+        with_floor = args.floor or (args.floor is None and args.stages == 1)
+        if with_floor:
             runs.append(("floor", 0))
         results: dict[tuple[str, int], list[dict[str, float]]] = {r: [] for r in runs}
         recycle_costs: dict[str, list[dict[str, float]]] = {}
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 pair = recycling.per_recycle(r["drain"], drains[recycling.NEVER]["drain"])
                 recycle_costs.setdefault(row_label(worker, replicas), []).append(pair)
                 say(recycling.pair_line(pair))
-        if args.repeat > 1 or len(counts) > 1 or args.floor:
+        if args.repeat > 1 or len(counts) > 1 or with_floor:
             say(f"  median of {args.repeat} interleaved runs:")
             for (worker, replicas), rs in results.items():
                 label = row_label(worker, replicas)
@@ -226,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     f" messages/s  {statistics.median(x['runs_per_s'] for x in rs):8.0f}"
                     " stage runs/s"
                 )
-                if args.floor and args.stages == 1:
+                if with_floor and args.stages == 1:
                     # the median of the per-round ratios to the floor of the same round
                     bare = results[("floor", 0)]
                     to_floor = [

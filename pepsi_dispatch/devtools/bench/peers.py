@@ -31,7 +31,9 @@ from typing import Any
 
 import psycopg
 
+from pepsi_dispatch.config.model import StageConfig
 from pepsi_dispatch.devtools.bench import core as bench
+from pepsi_dispatch.devtools.bench.floor import floor
 from pepsi_dispatch.devtools.bench.peer_drivers import (
     COSTS,
     GRAPHILE_VERSION,
@@ -352,7 +354,8 @@ def _systems(
     meter: Costs | None,
     warm: bool = True,
 ) -> dict[str, Callable[[], float]]:
-    """label -> one drain of that system; ours first, then the peers, then the floor."""
+    """label -> one drain of that system; ours first, then the peers, then the
+    floors: each setting's statement floor, and pgbench's commit floor."""
     systems: dict[str, Callable[[], float]] = {}
     for label, (worker, par, opts) in OURS.items():
         systems[label] = lambda w=worker, p=par, o=opts, lab=label: ours(
@@ -363,28 +366,49 @@ def _systems(
         systems[label] = lambda peer=peer: peer.drain(messages, timeout, meter, warm)
     if only:
         systems = {k: v for k, v in systems.items() if re.search(only, k)}
+    for par, limit in sorted({statement_floor_of(k) for k in systems if k in OURS}):
+        systems[floor_label(par, limit)] = lambda p=par, q=limit: floor(dsn, messages, p, q)[
+            "msg_per_s"
+        ]
     systems["pgbench floor: one-row-update commits, 8 clients (tps)"] = lambda: pgbench_floor(dsn)
     # the SDK's per-message goal compares with as many connections as its 4 workers have
     systems[FLOOR_4] = lambda: pgbench_floor(dsn, clients=4)
     return systems
 
 
+def statement_floor_of(label: str) -> tuple[int, int]:
+    """(PARALLELISM, QUEUE_LIMIT) of one of our rows: the setting of its statement floor."""
+    _, par, opts = OURS[label]
+    return par, int(opts.get("QUEUE_LIMIT") or StageConfig.queue_limit)
+
+
+def floor_label(par: int, limit: int) -> str:
+    """The name of the statement floor at PARALLELISM ``par`` × QUEUE_LIMIT ``limit``."""
+    return f"statement floor: claim, pin, finish_many in a bare loop, P{par} × Q{limit} (msg/s)"
+
+
 def _table(results: dict[str, list[float]], runs: int) -> None:
-    """Medians, min–max and the ratios to graphile's perf preset and to the floor."""
+    """Medians, min–max and the ratios to graphile's perf preset, to the
+    statement floor of the same setting (ours; per round, median) and to
+    pgbench's commit floor."""
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     med = {k: statistics.median(v) for k, v in results.items()}
     ref = next((k for k in med if "perf preset" in k), None)
-    floor = next(k for k in med if k.startswith("pgbench") and k != FLOOR_4)
+    commits = next(k for k in med if k.startswith("pgbench") and k != FLOOR_4)
     say()
     say(
         f"| system and settings | jobs/s median | min–max ({runs} runs)"
-        " | × graphile perf | × pgbench floor |"
+        " | × graphile perf | × its statement floor | × pgbench floor |"
     )
-    say("|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|")
     for k, v in results.items():
         rel = f"{med[k] / med[ref]:.2f}" if ref else "-"
-        fl = f"{med[k] / med[floor]:.2f}"
-        say(f"| {k} | {med[k]:,.0f} | {min(v):,.0f}–{max(v):,.0f} | {rel} | {fl} |")
+        own = "-"
+        if k in OURS and floor_label(*statement_floor_of(k)) in results:
+            base = results[floor_label(*statement_floor_of(k))]
+            own = f"{statistics.median(r / b for r, b in zip(v, base, strict=True)):.2f}"
+        fl = f"{med[k] / med[commits]:.2f}"
+        say(f"| {k} | {med[k]:,.0f} | {min(v):,.0f}–{max(v):,.0f} | {rel} | {own} | {fl} |")
     say(f"load average after the run: {load}")
 
 
