@@ -611,6 +611,8 @@ CREATE FUNCTION pepsi.copied_ids(after bigint, copied bigint) RETURNS bigint[]
               FROM pepsi.workqueue AS w
              WHERE w.workqueue_id > copied_ids.after
                AND w.xmin = pg_current_xact_id()::xid
+               AND w.status = 'pending' AND w.dispatcher_id IS NULL
+               AND w.retries = 0 AND w.state = '{}'
              GROUP BY w.cmin::text::bigint
             HAVING count(*) = copied_ids.copied) AS g
 $$;

@@ -24,11 +24,13 @@ COPY is refused (a bad line, no privilege, an older schema), as one ``text[]``
 of JSON texts through ``pepsi.enqueue_lines``, which parses, checks and
 inserts them in one set-based statement and names the first bad line.
 
-A connection shared with other threads: the COPY path's transaction also
-holds whatever another thread runs on that connection meanwhile (psycopg
-shares one transaction per connection). Those statements commit with it,
-and are never taken for the COPY's rows; but if the chunk fails (a bad
-line), they are rolled back with it. Give each thread its own connection.
+Give each thread its own connection. On a connection shared by threads,
+bulk calls run one at a time, but psycopg shares one transaction per
+connection: what another thread runs during a COPY chunk joins that chunk's
+transaction. It commits with the chunk and is not taken for the chunk's
+rows; but a chunk that fails (a bad line) rolls it back too, and a statement
+that inserts as many rows as the chunk at the same moment leaves the chunk's
+ids unknown (``AmbiguousIdsError``, raised once everything is committed).
 
 ``not_before`` (a timezone-aware ``datetime``, or a ``timedelta`` from now) delays
 the message: it waits as ``paused`` until then and is not counted as a retry::
@@ -47,13 +49,15 @@ returns that message's id (graphile-worker's ``job_key``, PgQueuer's
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
@@ -99,6 +103,38 @@ _COPY_REFUSALS = (
 )
 #: Connections whose role or schema refused the COPY path once (not asked again).
 _no_copy: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+#: One lock per connection: the bulk calls of threads sharing it run one at a
+#: time (two transaction blocks at once on one connection nest, and psycopg then
+#: loses track of the open transaction).
+_bulk_locks: weakref.WeakKeyDictionary[psycopg.Connection, threading.RLock] = (
+    weakref.WeakKeyDictionary()
+)
+_bulk_locks_guard = threading.Lock()
+
+
+def _bulk_lock(conn: psycopg.Connection) -> threading.RLock:
+    with _bulk_locks_guard:
+        lock = _bulk_locks.get(conn)
+        if lock is None:
+            lock = _bulk_locks[conn] = threading.RLock()
+        return lock
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_bulk_call_at_a_time(
+    fn: Callable[Concatenate[psycopg.Connection, _P], _R],
+) -> Callable[Concatenate[psycopg.Connection, _P], _R]:
+    """Run ``fn(conn, ...)`` under ``conn``'s bulk lock."""
+
+    @functools.wraps(fn)
+    def locked(conn: psycopg.Connection, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _bulk_lock(conn):
+            return fn(conn, *args, **kwargs)
+
+    return locked
 
 
 class _CopyRefused(Exception):
@@ -254,6 +290,8 @@ def _copy(
                 continue
             sent += len(batch)
             body = "\n".join(batch)
+            if body.count("\n") != len(batch) - 1:
+                raise _CopyRefused("a line holds a line break")
             if "\r" in body:
                 body = body.replace("\r\n", "\n").removesuffix("\r")
             if _NOT_COPYABLE.search(body):
@@ -299,6 +337,7 @@ def _dumped(chunk: list[Any], first: int) -> Iterator[list[str]]:
         yield batch
 
 
+@_one_bulk_call_at_a_time
 def enqueue_many(
     conn: psycopg.Connection,
     stage: str,
@@ -356,6 +395,7 @@ def enqueue_many(
     return ids
 
 
+@_one_bulk_call_at_a_time
 def enqueue_lines(
     conn: psycopg.Connection,
     stage: str,

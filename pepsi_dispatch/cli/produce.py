@@ -96,9 +96,10 @@ class Progress:
             self.shown_at = now
             click.echo(f"{_prog()}: enqueued {done:,} of {self.total:,}", err=True)
 
-    def finish(self, stage: str) -> None:
+    def finish(self, stage: str, enqueued: int) -> None:
+        """The closing count: what went in (the database may find fewer blank lines)."""
         if self.chunks > 1:
-            click.echo(f"{_prog()}: enqueued {self.total:,} message(s) at stage {stage}", err=True)
+            click.echo(f"{_prog()}: enqueued {enqueued:,} message(s) at stage {stage}", err=True)
 
 
 def _stdin_lines() -> list[str]:
@@ -262,7 +263,7 @@ def _enqueued(
     quiet: bool,
     when: datetime | None,
 ) -> None:
-    report.finish(stage)
+    report.finish(stage, len(ids))
     if unchecked:
         click.echo(
             f"{_prog()}: warning: stage {stage!r} not checked: no dispatcher has registered"

@@ -536,7 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif isinstance(exc, psycopg.OperationalError):
             _report(f"cannot reach the database: {exc}")
         elif isinstance(exc, psycopg.Error):
-            _report(f"database: {exc.diag.message_primary or exc}")
+            hint = f"; {exc.diag.message_hint}" if exc.diag.message_hint else ""
+            _report(f"database: {exc.diag.message_primary or exc}{hint}")
         else:
             raise exc
         return 1

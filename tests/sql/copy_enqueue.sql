@@ -1,7 +1,7 @@
 -- A producer's own COPY: the columns it may insert, what the table refuses,
 -- and copy_mark / copied_ids, which give it the ids its rows drew.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 
 SET LOCAL ROLE pepsi_ingress;
 SELECT pepsi.copy_mark() AS m1 \gset
@@ -44,6 +44,13 @@ SELECT is(pepsi.copied_ids(:m1, 3), ARRAY[:m1 + 1, :m1 + 2, :m1 + 3]::bigint[],
 INSERT INTO pepsi.workqueue (stage) VALUES ('c'), ('c'), ('c');
 SELECT is(pepsi.copied_ids(:m1, 3), NULL::bigint[],
           'two statements of the transaction inserted 3 rows each: ambiguous, NULL');
+-- A statement that changed 3 rows of the transaction (the COPY's among them)
+-- gives them its command: they are not taken for a COPY's.
+DELETE FROM pepsi.workqueue WHERE workqueue_id > :m1 + 3;
+INSERT INTO pepsi.workqueue (stage) VALUES ('c') RETURNING workqueue_id AS other \gset
+UPDATE pepsi.workqueue SET state = '{"x": 1}' WHERE workqueue_id IN (:m1 + 1, :m1 + 2, :other);
+SELECT is(pepsi.copied_ids(:m1, 3), NULL::bigint[],
+          'rows another statement changed are not a COPY''s, even 3 of them');
 
 -- The look-up is a range of the primary key, never a scan of the table.
 CREATE FUNCTION pg_temp.plan_of(q text) RETURNS text LANGUAGE plpgsql AS $$

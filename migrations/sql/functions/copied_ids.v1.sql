@@ -9,8 +9,11 @@
 --   transaction's top level (not after a SAVEPOINT, whose rows carry the
 --   subtransaction's id), and statements another thread ran meanwhile on the
 --   same connection, inside the same transaction, are not counted as the
---   COPY's.  Ascending ids are the COPY's row order (each row draws its id
---   as it is inserted).  One array: 100,000 ids cost one row to send.
+--   COPY's.  Only rows as a COPY leaves them count (pending, not held, no
+--   retry, no state): a row such a statement changed carries that
+--   statement's command, and would otherwise pass for the COPY's.
+--   Ascending ids are the COPY's row order (each row draws its id as it is
+--   inserted).  One array: 100,000 ids cost one row to send.
 --   Reads: pepsi.workqueue by its primary key from `after` up (a range
 --   scan; the rows of other producers in the range are read and skipped;
 --   enable_seqscan off: the range is the newest ids, however many rows the
@@ -28,6 +31,8 @@ AS $$
               FROM pepsi.workqueue AS w
              WHERE w.workqueue_id > copied_ids.after
                AND w.xmin = pg_current_xact_id()::xid
+               AND w.status = 'pending' AND w.dispatcher_id IS NULL
+               AND w.retries = 0 AND w.state = '{}'
              GROUP BY w.cmin::text::bigint
             HAVING count(*) = copied_ids.copied) AS g
 $$;

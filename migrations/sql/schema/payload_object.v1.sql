@@ -21,10 +21,11 @@ BEGIN
         RAISE EXCEPTION 'migration 0041: % message(s) in pepsi.workqueue and % in pepsi.dead_letters carry a payload that is not a JSON object (enqueued before migration 0009)',
                         live, kept
             USING ERRCODE = '23514',
-                  HINT = 'let them finish, or wrap each payload in an object as the schema owner '
+                  HINT = 'as the schema owner, wrap each such payload in an object '
                          '(UPDATE pepsi.workqueue SET payload = jsonb_build_object(''value'', payload) '
-                         'WHERE jsonb_typeof(payload) <> ''object''; the same for pepsi.dead_letters), '
-                         'or purge them; then upgrade again';
+                         'WHERE jsonb_typeof(payload) <> ''object''; the same for pepsi.dead_letters) '
+                         'or delete those rows (done ones too: every row of the table is checked); '
+                         'then upgrade again';
     END IF;
 END
 $$;

@@ -135,3 +135,16 @@ def test_progress_between_chunks_and_the_count_at_the_end(
         " row_number() OVER (ORDER BY workqueue_id) - 1 AS r FROM pepsi.workqueue) AS x"
     ).fetchone()[0]
     assert order, "ids ascend in line order across chunks"
+
+
+def test_the_closing_count_is_what_went_in(dsn: str, conn: psycopg.Connection) -> None:
+    """A line of U+3000 alone is blank to the database (its locale) but not to
+    Python's ASCII test: the count said is the count inserted, not the guess."""
+    text = '{"n": 1}\n\u3000\n{"n": 2}\n\u2003\n{"n": 3}\n'
+    out = enqueue_args(dsn, text, "--chunk-size", "2", "--progress-every", "0")
+    inserted = count(conn)
+    if out.returncode == 0:
+        assert f"enqueued {inserted:,} message(s) at stage bulk" in out.stderr, out.stderr
+        assert len(out.stdout.split()) == inserted
+    else:  # a locale whose whitespace is narrower: the line is named, nothing in
+        assert "is not JSON" in out.stderr and inserted == 0, out.stderr

@@ -248,3 +248,47 @@ def test_a_line_of_other_whitespace_is_judged_by_the_database(
         except psycopg.Error as exc:
             slow = ("error", str(exc).splitlines()[0])
     assert fast == slow
+
+
+def test_two_threads_bulk_enqueuing_on_one_connection_leave_it_usable(dsn: str) -> None:
+    """Two bulk calls at once on one connection would nest their transaction
+    blocks; psycopg then loses track of the open transaction and nothing after
+    it commits. They run one at a time instead."""
+    with psycopg.connect(dsn, autocommit=True) as shared:
+        got: dict[str, list[int]] = {"x": [], "y": []}
+        errors: list[BaseException] = []
+
+        def producer(stage: str) -> None:
+            try:
+                for call in range(40):
+                    got[stage] += enqueue_many(shared, stage, [{"c": call}] * 50, chunk_size=50)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=producer, args=(s,)) for s in got]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert errors == []
+        assert shared.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        last = enqueue(shared, "z", {})
+    with psycopg.connect(dsn) as check:
+        for stage, ids in got.items():
+            found = check.execute(
+                "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s) AND stage = %s",
+                (ids, stage),
+            ).fetchone()[0]
+            assert found == len(ids) == 2000
+        assert (
+            check.execute(
+                "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = %s", (last,)
+            ).fetchone()[0]
+            == 1
+        ), "the connection still commits"
+
+
+def test_an_element_holding_a_line_break_is_one_bad_line(conn: psycopg.Connection) -> None:
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation, match="line 2 is not JSON"):
+        enqueue_lines(conn, "s", ['{"a": 0}', '{"a": 1}\n{"b": 2}'])
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 0

@@ -7,16 +7,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psycopg
 from test_sql_migrations import ROOT, alembic
 
 
 def _upgrade(dsn: str) -> subprocess.CompletedProcess[str]:
+    """``pepsi-queue migrate --to 0041``, as an operator runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "0041"],
+        [str(Path(sys.executable).with_name("pepsi-queue")), "migrate", "--to", "0041"],
         cwd=ROOT,
-        env={**os.environ, "PEPSI_DSN": dsn},
+        env={**os.environ, "PEPSI_DSN": dsn, "PEPSI_CONFIG": ""},
         capture_output=True,
         text=True,
         timeout=120,
@@ -32,6 +34,7 @@ def test_an_old_non_object_payload_stops_the_upgrade_with_the_fix(empty_dsn: str
         assert refused.returncode != 0
         assert "1 message(s) in pepsi.workqueue and 0 in pepsi.dead_letters" in refused.stderr
         assert "jsonb_build_object('value', payload)" in refused.stderr, "the hint says how"
+        assert refused.stderr.count("\n") <= 3, "one error line (after alembic's step)"
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0040"
         conn.execute(
             "UPDATE pepsi.workqueue SET payload = jsonb_build_object('value', payload)"
