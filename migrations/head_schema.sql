@@ -251,7 +251,23 @@ CREATE FUNCTION pepsi._notify_workqueue() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+    bad bigint;
 BEGIN
+    IF NOT pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = TG_RELID),
+                       'USAGE') THEN
+        SELECT n.workqueue_id INTO bad
+          FROM new_rows AS n
+         WHERE jsonb_typeof(n.payload) <> 'object'
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'payload must be a JSON object, not a JSON % (message %)',
+                            (SELECT jsonb_typeof(n.payload) FROM new_rows AS n
+                              WHERE n.workqueue_id = bad), bad
+                USING ERRCODE = '23514',
+                      HINT = 'wrap the value in an object, e.g. {"value": ...}';
+        END IF;
+    END IF;
     PERFORM pg_notify('workqueue', '');
     RETURN NULL;
 END
@@ -2783,7 +2799,6 @@ CREATE TABLE pepsi.workqueue (
     priority integer DEFAULT 0 NOT NULL,
     dedupe_key text,
     CONSTRAINT workqueue_paused_has_timeout CHECK (((status <> 'paused'::text) OR (timeout IS NOT NULL))),
-    CONSTRAINT workqueue_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
     CONSTRAINT workqueue_retries_not_negative CHECK ((retries >= 0)),
     CONSTRAINT workqueue_running_iff_dispatcher CHECK (((status = 'running'::text) = (dispatcher_id IS NOT NULL))),
     CONSTRAINT workqueue_stage_name CHECK ((stage ~ '^[A-Za-z0-9_.-]+$'::text)),
@@ -2932,7 +2947,7 @@ CREATE TRIGGER config_notify_truncate AFTER TRUNCATE ON pepsi.config FOR EACH ST
 
 CREATE TRIGGER workqueue_attempts AFTER UPDATE OF status ON pepsi.workqueue FOR EACH ROW WHEN ((((old.status = 'running'::text) AND (new.status <> ALL (ARRAY['running'::text, 'done'::text])) AND (NOT ((new.status = 'pending'::text) AND (new.stage <> old.stage)))) OR ((old.status = ANY (ARRAY['pending'::text, 'paused'::text])) AND (new.status = ANY (ARRAY['failed'::text, 'timeout'::text, 'expired'::text]))))) EXECUTE FUNCTION pepsi._record_attempt();
 
-CREATE TRIGGER workqueue_notify_insert AFTER INSERT ON pepsi.workqueue FOR EACH STATEMENT EXECUTE FUNCTION pepsi._notify_workqueue();
+CREATE TRIGGER workqueue_notify_insert AFTER INSERT ON pepsi.workqueue REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pepsi._notify_workqueue();
 
 GRANT USAGE ON SCHEMA pepsi TO pepsi_operator;
 GRANT USAGE ON SCHEMA pepsi TO pepsi_dispatcher;

@@ -24,13 +24,18 @@ COPY is refused (a bad line, no privilege, an older schema), as one ``text[]``
 of JSON texts through ``pepsi.enqueue_lines``, which parses, checks and
 inserts them in one set-based statement and names the first bad line.
 
-Give each thread its own connection. On a connection shared by threads,
-bulk calls run one at a time, but psycopg shares one transaction per
-connection: what another thread runs during a COPY chunk joins that chunk's
-transaction. It commits with the chunk and is not taken for the chunk's
-rows; but a chunk that fails (a bad line) rolls it back too, and a statement
-that inserts as many rows as the chunk at the same moment leaves the chunk's
-ids unknown (``AmbiguousIdsError``, raised once everything is committed).
+Give each thread its own connection. psycopg shares one transaction per
+connection, and the COPY path runs each chunk in a transaction block. On a
+connection shared by threads, bulk calls run one chunk (``enqueue_many``) or
+one call (``enqueue_lines``) at a time, and a statement another thread runs
+meanwhile joins the chunk's transaction: it commits with the chunk and is
+not taken for the chunk's rows, but a chunk that fails (a bad line) rolls it
+back too, and one that inserts as many rows as the chunk at that moment
+leaves the chunk's ids unknown (``AmbiguousIdsError``, raised once all is
+committed). A transaction block another thread opens meanwhile breaks
+psycopg's own tracking of blocks (``OutOfOrderTransactionNesting``); a
+chunk that ended inside another thread's transaction raises
+``SharedTransactionError`` rather than return ids of rows it did not commit.
 
 ``not_before`` (a timezone-aware ``datetime``, or a ``timedelta`` from now) delays
 the message: it waits as ``paused`` until then and is not counted as a retry::
@@ -66,6 +71,7 @@ from psycopg.types.json import Jsonb
 __all__ = [
     "DEFAULT_CHUNK",
     "AmbiguousIdsError",
+    "SharedTransactionError",
     "connect",
     "enqueue",
     "enqueue_lines",
@@ -89,6 +95,10 @@ _COPY_SQL = (
 )
 #: What a line must not hold to travel raw in that COPY (after CR LF became LF).
 _NOT_COPYABLE = re.compile("[\x00-\x02\r]")
+#: A line whose JSON cannot be an object: its first character that is not a
+#: blank is not ``{``. (One that is, and parses, is an object: the server
+#: parses every line; the table's trigger checks only other roles' rows.)
+_NOT_AN_OBJECT = re.compile("^[ \t]*[^{ \t]", re.MULTILINE)
 #: A stage name as the table's CHECK takes it (anything else: enqueue_lines says why).
 _STAGE_NAME = re.compile("[A-Za-z0-9_.-]+")
 #: Lines per write into the COPY: the server parses one while the next is built.
@@ -131,10 +141,36 @@ def _one_bulk_call_at_a_time(
 
     @functools.wraps(fn)
     def locked(conn: psycopg.Connection, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        _sync_connection(conn)
         with _bulk_lock(conn):
             return fn(conn, *args, **kwargs)
 
     return locked
+
+
+def _sync_connection(conn: object) -> None:
+    if not isinstance(conn, psycopg.Connection):
+        raise TypeError(
+            f"a psycopg.Connection is needed, not {type(conn).__name__} (an AsyncConnection:"
+            " call these functions in a thread with a Connection of their own)"
+        )
+
+
+class SharedTransactionError(RuntimeError):
+    """Another thread opened a transaction on this connection during the call:
+    the call's last rows are in that transaction, and commit or roll back with
+    it; their ids are not returned. Give each thread its own connection."""
+
+
+def _committed(tx: psycopg.Transaction) -> None:
+    """After the call's own transaction block: raise unless it was the main
+    transaction (a block that found another thread's transaction open became
+    a savepoint inside it, and committed nothing)."""
+    if tx.savepoint_name:  # "" (or None) for the main transaction
+        raise SharedTransactionError(
+            "another thread opened a transaction on this connection during the call; the"
+            " call's last rows commit or roll back with it (give each thread its own connection)"
+        )
 
 
 class _CopyRefused(Exception):
@@ -252,14 +288,14 @@ def _copy_possible(conn: psycopg.Connection) -> bool:
     )
 
 
-def is_blank(line: str) -> bool:
+def is_blank(line: str | None) -> bool:
     """A blank JSON line: empty or only ASCII whitespace (skipped, no message).
 
     Narrower than Python's ``str.isspace``: a line of other whitespace (U+00A0,
     0x1F, ...) goes to the database, which decides as ``pepsi.enqueue_lines``
     does (in the database's locale).
     """
-    return not line.strip(" \t\n\r\x0b\x0c")
+    return not line or not line.strip(" \t\n\r\x0b\x0c")
 
 
 def _copy(
@@ -296,6 +332,8 @@ def _copy(
                 body = body.replace("\r\n", "\n").removesuffix("\r")
             if _NOT_COPYABLE.search(body):
                 raise _CopyRefused("a line holds a control character")
+            if ("\n" + body).count("\n{") != len(batch) and _NOT_AN_OBJECT.search(body):
+                raise _CopyRefused("a line is not a JSON object")
             cp.write(prefix + body.replace("\n", glue) + "\n")
     row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
     last = row[0] if row else None
@@ -337,7 +375,6 @@ def _dumped(chunk: list[Any], first: int) -> Iterator[list[str]]:
         yield batch
 
 
-@_one_bulk_call_at_a_time
 def enqueue_many(
     conn: psycopg.Connection,
     stage: str,
@@ -356,6 +393,7 @@ def enqueue_many(
     element) holds returns that message's id. ``progress(n)`` is called with
     the number enqueued so far after each chunk.
     """
+    _sync_connection(conn)
     if chunk_size < 1:
         raise ValueError("chunk_size must be positive")
     when = _when(not_before)
@@ -368,18 +406,20 @@ def enqueue_many(
         if part is not None and len(part) != len(chunk):
             raise ValueError("dedupe_keys must have one element per payload")
         got = None
-        if part is None and when is None and _copy_possible(conn):
-            try:
-                with conn.transaction():
-                    got = _copy(conn, stage, _dumped(chunk, done + 1), priority)
-                    if got is None:
-                        ambiguous = True
-                        got = []
-            except (_CopyRefused, *_COPY_REFUSALS) as exc:
-                _refused(conn, exc)  # rolled back: the chunk goes the other way
-        if got is None:
-            texts = [t for batch in _dumped(chunk, done + 1) for t in batch]
-            got = _send(conn, stage, texts, when, priority, part, None, done + 1)
+        with _bulk_lock(conn):  # per chunk: payloads and progress run outside it
+            if part is None and when is None and _copy_possible(conn):
+                try:
+                    with conn.transaction() as tx:
+                        got = _copy(conn, stage, _dumped(chunk, done + 1), priority)
+                        if got is None:
+                            ambiguous = True
+                            got = []
+                    _committed(tx)
+                except (_CopyRefused, *_COPY_REFUSALS) as exc:
+                    _refused(conn, exc)  # rolled back: the chunk goes the other way
+            if got is None:
+                texts = [t for batch in _dumped(chunk, done + 1) for t in batch]
+                got = _send(conn, stage, texts, when, priority, part, None, done + 1)
         ids.extend(got)
         done += len(chunk)
         if progress is not None:
@@ -475,7 +515,7 @@ def _copy_lines(
     """
     ids: list[int] = []
     ambiguous = False
-    with conn.transaction():
+    with conn.transaction() as tx:
         for start in range(0, len(lines), chunk_size):
             chunk = lines[start : start + chunk_size]
             batches = (
@@ -492,6 +532,7 @@ def _copy_lines(
             else:
                 ids.extend(got)
             report(len(ids))
+    _committed(tx)
     if ambiguous:
         raise AmbiguousIdsError(
             f"all lines were enqueued, {len(ids)} with known ids; the ids of the others cannot"

@@ -19,9 +19,9 @@
 -- exception: producers may INSERT the three columns an enqueue sets
 -- (stage, payload, priority) into pepsi.workqueue, so a bulk producer can
 -- COPY (the fast path of pepsi_dispatch.enqueue).  Every other column takes
--- its default (pending, no key, not held), and the table's CHECK
--- constraints refuse what pepsi.enqueue refuses (a malformed stage name, a
--- payload that is not a JSON object).
+-- its default (pending, no key, not held), and the table refuses what
+-- pepsi.enqueue refuses (its CHECK a malformed stage name, its insert
+-- trigger a payload that is not a JSON object).
 --
 -- Who may call what is the GRANT statements below and nothing else: each
 -- function file's `Callers:` header line, the roles table of docs/SQL.md, the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -292,3 +293,38 @@ def test_an_element_holding_a_line_break_is_one_bad_line(conn: psycopg.Connectio
     with pytest.raises(psycopg.errors.InvalidTextRepresentation, match="line 2 is not JSON"):
         enqueue_lines(conn, "s", ['{"a": 0}', '{"a": 1}\n{"b": 2}'])
     assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 0
+
+
+def test_a_copy_block_that_ended_inside_another_transaction_says_so(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread's transaction opened between the call's check and its
+    BEGIN makes the call's block a savepoint: nothing of it is committed by
+    the call, so it raises instead of returning ids (simulated in one thread)."""
+    monkeypatch.setattr(enqueue_module, "_copy_possible", lambda c: True)
+    with conn.transaction():
+        with pytest.raises(enqueue_module.SharedTransactionError):
+            enqueue_many(conn, "s", [{"n": 1}, {"n": 2}])
+        with pytest.raises(enqueue_module.SharedTransactionError):
+            enqueue_lines(conn, "s", ['{"n": 3}'])
+        assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 3
+        raise psycopg.Rollback
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone()[0] == 0
+
+
+def test_none_lines_are_blank_on_both_paths(conn: psycopg.Connection) -> None:
+    fast = enqueue_lines(conn, "s", ['{"n": 1}', None, '{"n": 2}'])  # type: ignore[list-item]
+    with conn.transaction():
+        slow = enqueue_lines(conn, "s", ['{"n": 3}', None, '{"n": 4}'])  # type: ignore[list-item]
+    assert len(fast) == len(slow) == 2
+
+
+def test_an_async_connection_is_refused_plainly(dsn: str) -> None:
+    async def attempt() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            with pytest.raises(TypeError, match="psycopg.Connection is needed"):
+                enqueue_many(aconn, "s", [{}])  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="psycopg.Connection is needed"):
+                enqueue_lines(aconn, "s", ["{}"])  # type: ignore[arg-type]
+
+    asyncio.run(attempt())
