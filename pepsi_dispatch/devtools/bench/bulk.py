@@ -7,7 +7,11 @@ Each round times, on an emptied ``pepsi.workqueue`` after a CHECKPOINT:
   ``copy+keys`` adds ``priority`` and ``dedupe_key`` columns;
 - ``copy dicts``: the same rows from Python dicts (``json.dumps`` + COPY), the
   floor for a Python producer holding dicts;
-- ``enqueue_many`` (dicts; on an autocommit connection: its COPY path),
+- ``enqueue_many`` (dicts; on an autocommit connection: its COPY path; the
+  bench's login, usually the schema owner, whose COPY the insert trigger
+  does not check again), ``enqueue_many as producer`` (the same as a login in
+  ``pepsi_ingress``, made when missing: its rows are checked; its connect
+  counts),
   ``enqueue_many in a tx`` (inside the caller's transaction: one
   ``pepsi.enqueue_lines`` statement per chunk) and ``enqueue_many+keys``
   (priority 5, one key per row: the statement path);
@@ -83,6 +87,30 @@ def _graphile_dsn(dsn: str, peers_dir: Path | None) -> str | None:
     node = ["node", str(peers_dir.resolve() / "graphile_run.js")]
     subprocess.run([*node, _url_for(dsn, "pepsi_peer_graphile"), "migrate"], check=True)
     return _dsn_for(dsn, "pepsi_peer_graphile")
+
+
+#: A login role in pepsi_ingress for the producer rows (the schema owner's own
+#: COPY skips the insert trigger's payload check; a producer's does not).
+PRODUCER = "pepsi_bench_producer"
+
+
+def _producer_dsn(dsn: str) -> str | None:
+    """A DSN for PRODUCER on ``dsn``'s server (made when missing), or None when
+    this login cannot make it or connect as it (say, a password is needed)."""
+    from psycopg.conninfo import make_conninfo
+
+    try:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            if not admin.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", (PRODUCER,)
+            ).fetchone():
+                admin.execute(f"CREATE ROLE {PRODUCER} LOGIN IN ROLE pepsi_ingress")
+        producer = make_conninfo(dsn, user=PRODUCER)
+        psycopg.connect(producer).close()
+        return producer
+    except psycopg.Error as exc:
+        say(f"bulk: no producer login ({' '.join(str(exc).split())[:120]}); its row is left out")
+        return None
 
 
 def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
@@ -166,6 +194,14 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
             "enqueue_many+keys": (api_keys, "copy+keys", False),
             "cli+keys": (cli("--key-field", "key", "--priority", "5"), "copy+keys", False),
         }
+        producer = _producer_dsn(dsn)
+        if producer is not None:
+
+            def api_as_producer(_: psycopg.Connection) -> None:
+                with psycopg.connect(producer, autocommit=True) as pconn:
+                    enqueue_many(pconn, STAGE, rows)
+
+            variants["enqueue_many as producer"] = (api_as_producer, "copy dicts", False)
         gdsn = _graphile_dsn(dsn, peers_dir)
         if gdsn is not None:
             variants["graphile add_jobs"] = (graphile(False), "copy dicts", True)
@@ -197,10 +233,10 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
                     assert got is not None and got[0] == n, (name, got)
                     times[name].append(elapsed)
                     say(
-                        f"  round {r + 1} {name:<22} {elapsed:6.3f} s"
+                        f"  round {r + 1} {name:<24} {elapsed:6.3f} s"
                         f"  (load {os.getloadavg()[0]:.2f})"
                     )
-        say("  variant                seconds per round         median   ratio to its floor")
+        say("  variant                  seconds per round         median   ratio to its floor")
         for name, (_, floor, _) in variants.items():
             med = statistics.median(times[name])
             fmed = statistics.median(times[floor])
@@ -209,14 +245,14 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
                 f"{f / t:.2f}" for f, t in zip(times[floor], times[name], strict=True)
             )
             say(
-                f"  {name:<22} {per:<26} {med:6.3f}   {fmed / med:.2f} (of {floor};"
+                f"  {name:<24} {per:<26} {med:6.3f}   {fmed / med:.2f} (of {floor};"
                 f" per round {per_ratio})"
             )
         for ours, peer in against.items():
             if peer in times:
                 ratios = [g / o for g, o in zip(times[peer], times[ours], strict=True)]
                 say(
-                    f"  {ours:<22} {statistics.median(ratios):.2f}x the speed of {peer}"
+                    f"  {ours:<24} {statistics.median(ratios):.2f}x the speed of {peer}"
                     f" (per round {' / '.join(f'{x:.2f}' for x in ratios)})"
                 )
     return 0
