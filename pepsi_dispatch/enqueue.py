@@ -94,7 +94,7 @@ _COPY_SQL = (
     " (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
 )
 #: What a line must not hold to travel raw in that COPY (after CR LF became LF).
-_NOT_COPYABLE = re.compile("[\x00-\x02\r]")
+_NOT_COPYABLE = ("\x00", "\x01", "\x02", "\r")
 #: A line whose JSON cannot be an object: its first character that is not a
 #: blank is not ``{``. (One that is, and parses, is an object: the server
 #: parses every line; the table's trigger checks only other roles' rows.)
@@ -298,6 +298,11 @@ def is_blank(line: str | None) -> bool:
     return not line or not line.strip(" \t\n\r\x0b\x0c")
 
 
+def _without_blanks(lines: Sequence[str]) -> list[str]:
+    """``lines`` but the blank ones (a line that starts with ``{`` is not blank)."""
+    return [t for t in lines if (t and t[0] == "{") or not is_blank(t)]
+
+
 def _copy(
     conn: psycopg.Connection, stage: str, batches: Iterable[Sequence[str]], priority: int
 ) -> list[int] | None:
@@ -330,7 +335,7 @@ def _copy(
                 raise _CopyRefused("a line holds a line break")
             if "\r" in body:
                 body = body.replace("\r\n", "\n").removesuffix("\r")
-            if _NOT_COPYABLE.search(body):
+            if any(c in body for c in _NOT_COPYABLE):  # a substring search each: fast
                 raise _CopyRefused("a line holds a control character")
             if ("\n" + body).count("\n{") != len(batch) and _NOT_AN_OBJECT.search(body):
                 raise _CopyRefused("a line is not a JSON object")
@@ -519,7 +524,7 @@ def _copy_lines(
         for start in range(0, len(lines), chunk_size):
             chunk = lines[start : start + chunk_size]
             batches = (
-                [t for t in chunk[b : b + _COPY_BATCH] if not is_blank(t)]
+                _without_blanks(chunk[b : b + _COPY_BATCH])
                 for b in range(0, len(chunk), _COPY_BATCH)
             )
             try:
