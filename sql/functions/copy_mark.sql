@@ -6,7 +6,8 @@
 --   time, in the order the COPY sends its rows, so when the second reading
 --   minus the first equals the rows copied, the rows' ids are exactly the
 --   ids between them, in row order; otherwise another producer drew ids in
---   between and pepsi.copied_ids(first reading) returns the copy's ids.
+--   between and pepsi.copied_ids(first reading, rows copied) returns the
+--   copy's ids.
 --   NULL when ids cannot be read off the sequence this way: its CACHE is
 --   above 1 (each session then draws blocks ahead; take the ids with
 --   pepsi.enqueue_lines instead).  Never waits: a sequence is read without
