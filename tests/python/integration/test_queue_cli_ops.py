@@ -206,13 +206,16 @@ def test_status_watch_refreshes_and_ctrl_c_exits_0(pq, conn) -> None:
     (a,) = frame["stages"]
     assert (a["stage"], a["pending"], a["processed_total"]) == ("a", 1, 10)
 
-    # Until Ctrl-C: SIGINT ends it with exit 0.
+    # Until Ctrl-C: SIGINT ends it with exit 0. As in a terminal, SIGINT's
+    # disposition is the default: a test run started in the background by a
+    # shell without job control inherits it ignored, and so would the watch.
     proc = subprocess.Popen(
         [str(EXE), "status", "--watch", "--interval", "0.2"],
         env=pq.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         # Ctrl-C once two frames were drawn (the loop runs), not at a guessed moment.
