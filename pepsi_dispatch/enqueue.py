@@ -54,7 +54,6 @@ returns that message's id (graphile-worker's ``job_key``, PgQueuer's
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import threading
@@ -62,7 +61,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
@@ -128,24 +127,6 @@ def _bulk_lock(conn: psycopg.Connection) -> threading.RLock:
         if lock is None:
             lock = _bulk_locks[conn] = threading.RLock()
         return lock
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _one_bulk_call_at_a_time(
-    fn: Callable[Concatenate[psycopg.Connection, _P], _R],
-) -> Callable[Concatenate[psycopg.Connection, _P], _R]:
-    """Run ``fn(conn, ...)`` under ``conn``'s bulk lock."""
-
-    @functools.wraps(fn)
-    def locked(conn: psycopg.Connection, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        _sync_connection(conn)
-        with _bulk_lock(conn):
-            return fn(conn, *args, **kwargs)
-
-    return locked
 
 
 def _sync_connection(conn: object) -> None:
@@ -337,7 +318,8 @@ def _copy(
                 body = body.replace("\r\n", "\n").removesuffix("\r")
             if any(c in body for c in _NOT_COPYABLE):  # a substring search each: fast
                 raise _CopyRefused("a line holds a control character")
-            if ("\n" + body).count("\n{") != len(batch) and _NOT_AN_OBJECT.search(body):
+            starts = body.count("\n{") + (body[:1] == "{")  # lines that start with {
+            if starts != len(batch) and _NOT_AN_OBJECT.search(body):
                 raise _CopyRefused("a line is not a JSON object")
             cp.write(prefix + body.replace("\n", glue) + "\n")
     row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
@@ -440,7 +422,6 @@ def enqueue_many(
     return ids
 
 
-@_one_bulk_call_at_a_time
 def enqueue_lines(
     conn: psycopg.Connection,
     stage: str,
@@ -465,10 +446,33 @@ def enqueue_lines(
     call enqueued. ``progress(n)`` gets the number of messages enqueued so far
     after each chunk (committed at the end).
     """
+    _sync_connection(conn)
     if chunk_size < 1:
         raise ValueError("chunk_size must be positive")
-    when = _when(not_before)
-    report = _Progress(progress)
+    with _bulk_lock(conn):  # the whole call: it is one transaction
+        return _enqueue_lines(
+            conn,
+            stage,
+            lines,
+            chunk_size,
+            _when(not_before),
+            priority,
+            key_field,
+            _Progress(progress),
+        )
+
+
+def _enqueue_lines(
+    conn: psycopg.Connection,
+    stage: str,
+    lines: Sequence[str],
+    chunk_size: int,
+    when: datetime | None,
+    priority: int,
+    key_field: str | None,
+    report: _Progress,
+) -> list[int]:
+    """enqueue_lines under the connection's bulk lock: by COPY, else by statements."""
     if key_field is None and when is None and _copy_possible(conn):
         try:
             return _copy_lines(conn, stage, lines, chunk_size, priority, report)
