@@ -122,6 +122,8 @@ def _held_off_then_fixed(h: Harness, tmp_path: Path) -> tuple[Dispatcher, list[i
 
     wait_until(long_cooldown, 60, 0.05, d.tail)
     seen = time.monotonic()
+    # The failed start gives its claimed row back; that may land just after the log line.
+    wait_until(lambda: h.row(ids[0])["status"] == "pending", 5, 0.02, d.tail)
     assert h.row(ids[0])["status"] == "pending"
     prog.write_text(f'#!/bin/sh\nexec {h.program()} "$@"\n')
     return d, ids, seen
