@@ -32,17 +32,26 @@ the pool kept in the template process:
 * A worker that ends normally after it connected itself or reconnected, or
   whose connection is in a transaction, closes it as before and asks the
   template (:data:`WANT`) to open a session for the next worker, between
-  requests (a request that comes meanwhile waits for that connect: a few
-  milliseconds, at most the 2 s connect timeout per address).
-  So recycling converges on sessions passed on, while a burst's new
-  workers still connect in parallel. Encrypted sessions (TLS or
+  requests, one per loop turn (a request that comes meanwhile waits for at
+  most one connect: a few milliseconds, at most the 2 s connect timeout per
+  address). So recycling converges on sessions passed on, while a burst's
+  new workers still connect in parallel.
+* Why up to :data:`IDLE_MAX` sessions wait, and the oldest is lent first: a
+  stage's workers reach MAX_MESSAGES close together, and the dispatcher asks
+  for each replacement (and for a warm spare) a millisecond or two before
+  the ending worker's session comes back. With one spare session waiting
+  when a wave starts, each fork takes the session the previous worker gave
+  back. The spares come from the misses themselves: a worker that had to
+  connect asks for a session as it ends, and that session is one more than
+  the stage's workers hold. Lending the oldest first keeps every waiting
+  session in use, so none expires while the stage recycles. Encrypted sessions (TLS or
   GSSAPI: the encryption state lives in the worker's memory) are never
   lent: the template stops lending once it sees one. Nor are connections
   through a pooler (:mod:`pepsi_dispatch.pooling`): opening one starts no
   backend, and in transaction mode the reset would run in whichever server
   session the pooler picked, not in one this worker owns.
 
-At most :data:`IDLE_MAX` connection waits in the template, for at most
+At most :data:`IDLE_MAX` connections wait in the template, each for at most
 :data:`IDLE_SECONDS`; one that the server closed meanwhile (the socket is
 readable) is dropped when taken. A template that cannot connect lends
 nothing for :data:`RETRY_SECONDS` (its workers connect themselves, with
@@ -86,10 +95,14 @@ LEND_ENV = "PEPSI_WORKER_LEND_SESSIONS"
 #: own smaller ``connect_timeout`` wins.
 LEND_CONNECT_TIMEOUT = 2
 
-#: Connections at most waiting in the template for the next worker.
-IDLE_MAX = 1
-#: How long a given-back connection waits for the next worker (seconds).
-IDLE_SECONDS = 5.0
+#: Connections at most waiting in the template for the next workers: the
+#: session an ending worker gives back, and one spare for the fork that comes
+#: before it (a replacement, or the warm spare of a recycling stage).
+IDLE_MAX = 3
+#: How long a given-back connection waits for the next worker (seconds): longer
+#: than a busy stage takes between two waves of recycles, so that its spare is
+#: still there for the next.
+IDLE_SECONDS = 60.0
 #: After a failed connect, the template lends nothing this long (seconds).
 RETRY_SECONDS = 5.0
 
@@ -163,7 +176,9 @@ def protocol_lender() -> Lender | None:
     stage, dsn = os.environ.get("PEPSI_STAGE", ""), os.environ.get("PEPSI_DSN", "")
     if not stage or not dsn or not lending_wanted():
         return None
-    return Lender(connector(dsn, stage, LEND_CONNECT_TIMEOUT, fast_adapters=False))
+    return Lender(
+        connector(dsn, stage, LEND_CONNECT_TIMEOUT, fast_adapters=False), workers_connect=False
+    )
 
 
 def connect() -> psycopg.Connection:
@@ -184,9 +199,17 @@ class Lender:
     """The template's side: lends connections to the workers it forks and takes
     back the sessions they return."""
 
-    def __init__(self, connect: Connect, config: Config | None = None) -> None:
+    def __init__(
+        self, connect: Connect, config: Config | None = None, *, workers_connect: bool = True
+    ) -> None:
+        """``connect`` opens a session for the next worker; ``config`` goes with
+        each worker forked; ``workers_connect``: every worker is known to use a
+        session (the SDK's), so a fork that finds none waiting has one opened
+        for the next (else that waits until a worker gives one back or asks)."""
         self._connect = connect
         self.config = config
+        #: open a session after a fork found none (the workers use them)
+        self.open_after_miss = workers_connect
         self._returns, self._back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._returns.setblocking(False)
         #: what a lent socket's number points at meanwhile (opened once: blanking
@@ -197,8 +220,9 @@ class Lender:
         #: lent to a live worker, by descriptor number (pointed at /dev/null here)
         self.lent: dict[int, Loan] = {}
         self._connect_failed_at: float | None = None
-        #: a worker asked for a session for its replacement (opened between requests)
-        self._wanted = False
+        #: sessions workers asked for, for their replacements (opened between
+        #: requests, one per loop turn)
+        self._wanted = 0
         #: False once a connection turned out to be encrypted: lend nothing more
         self.lending = True
 
@@ -210,7 +234,7 @@ class Lender:
         """When the template should look again without a request (monotonic): at
         once when a worker asked for a session that is not opened yet, when the
         oldest waiting connection expires, or None."""
-        if self._wanted:
+        if self._wanted and self.lending:
             return 0.0
         if not self.idle:
             return None
@@ -224,17 +248,21 @@ class Lender:
         if not self.lending:
             return None
         while self.idle:
-            conn, _ = self.idle.pop()
+            conn, _ = self.idle.pop(0)  # the oldest: every waiting one stays in use
             if _healthy(conn):
                 return self._loan(conn)
             _close(conn)
+        if self.open_after_miss:
+            # This worker connects itself, and can never pass that session on:
+            # have one ready for the next fork, so that the stage keeps a spare.
+            self._wanted += 1
         return self._loan(None)
 
     def _prepare(self, now: float) -> None:
         """A worker ended without a session to give back (it connected itself):
         open one now, so that the next worker forked gets it. Done between
         requests, never to serve one (a request that comes meanwhile waits)."""
-        if self.idle or not self.lending:
+        if len(self.idle) >= IDLE_MAX or not self.lending:
             return
         if self._connect_failed_at is not None and now - self._connect_failed_at < RETRY_SECONDS:
             return
@@ -315,7 +343,8 @@ class Lender:
                 break
             if not msg and not fds:
                 break
-            wanted |= msg == WANT
+            wanted += msg == WANT
+            self.open_after_miss |= bool(msg)  # a worker uses sessions
             loan = self.lent.pop(int(msg), None) if msg.isdigit() else None
             for fd in fds:
                 if loan is not None and fd != loan.fd:
@@ -333,7 +362,7 @@ class Lender:
                 _close(conn)
         self._wanted = wanted
         if wanted and between_requests:
-            self._wanted = False
+            self._wanted -= 1
             self._prepare(now)
 
     def _wait(self, conn: psycopg.Connection, now: float) -> None:

@@ -134,8 +134,10 @@ def test_sdk_worker_that_cannot_reconnect_exits_75_and_its_message_is_released(
         wait_until(lambda: h.row(wid)["status"] == "running", 30)
         wait_until(lambda: _sessions(h, "pepsi-worker a"), 30, message="the worker's session")
         _allow_connections(h, pg_admin_dsn, False)
-        # The worker is inside the message (its handler sleeps 3 s); cut its session.
-        assert _terminate(h, "pepsi-worker%") == 1
+        # The worker is inside the message (its handler sleeps 3 s); cut its
+        # session (and the spare its template may keep for the next worker:
+        # dropped, not lent, once the server ended it).
+        assert _terminate(h, "pepsi-worker%") >= 1
         in_log(d, "could not reach the database (exit 75)")
     finally:
         _allow_connections(h, pg_admin_dsn, True)

@@ -198,16 +198,83 @@ def _want(made: lending.Lender, now: float) -> None:
     made.collect(now, between_requests=True)
 
 
-def test_the_template_prepares_one_session_when_asked_and_lends_it(lender, dsn: str) -> None:
+def test_the_template_prepares_a_session_per_ask_up_to_idle_max_and_lends_it(lender) -> None:
     now = time.monotonic()
     assert lender.take(now).conn is None  # nothing waiting: the worker connects itself
-    _want(lender, now)
-    _want(lender, now)  # a second ask while one waits opens nothing more
-    assert len(lender.idle) == 1
+    for _ in range(lending.IDLE_MAX + 2):  # asks beyond IDLE_MAX open nothing more
+        _want(lender, now)
+    assert len(lender.idle) == lending.IDLE_MAX
+    backends = {conn.info.backend_pid for conn, _ in lender.idle}
+    assert len(backends) == lending.IDLE_MAX
     loan = lender.take(now)
     assert loan.conn is not None and loan.fd == loan.conn.pgconn.socket
     assert loan.conn.execute("SELECT 1").fetchone() == (1,)
-    assert lender.idle == []
+    assert len(lender.idle) == lending.IDLE_MAX - 1
+    loan.conn.close()
+
+
+def test_asks_that_came_together_are_opened_one_per_loop_turn(lender) -> None:
+    """Workers that connected themselves end at once: the template opens one
+    session per turn of its loop, so that a fork request that comes meanwhile
+    waits for at most one connect; asks beyond IDLE_MAX open nothing."""
+    now = time.monotonic()
+    back = socket.socket(fileno=os.dup(lender._back.fileno()))
+    for _ in range(lending.IDLE_MAX + 1):
+        back.send(lending.WANT)
+    for turn in range(1, lending.IDLE_MAX + 1):
+        lender.collect(now, between_requests=True)
+        assert len(lender.idle) == turn
+        assert lender.deadline() == 0.0  # more asked for: look again at once
+    lender.collect(now, between_requests=True)  # the last ask: IDLE_MAX wait already
+    assert len(lender.idle) == lending.IDLE_MAX
+    assert lender.deadline() == pytest.approx(now + lending.IDLE_SECONDS)
+
+
+def test_a_fork_that_found_no_session_has_one_opened_for_the_next(lender) -> None:
+    """An SDK template's fork that finds none waiting (the worker connects
+    itself, and can never pass that session on) has one opened right after,
+    between requests: the stage keeps a spare for its next recycle."""
+    now = time.monotonic()
+    assert lender.take(now).conn is None
+    assert lender.idle == [] and lender.deadline() == 0.0
+    lender.collect(now, between_requests=True)
+    assert len(lender.idle) == 1
+    loan = lender.take(now)
+    assert loan.conn is not None
+    loan.conn.close()
+
+
+def test_a_protocol_template_opens_nothing_until_its_workers_use_sessions(dsn: str) -> None:
+    """fork_point()'s template: its workers may never connect through the SDK,
+    so a fork that found no session opens nothing, until a worker gives one
+    back or asks for one."""
+    made = lending.Lender(connector(dsn, "a", 2), workers_connect=False)
+    try:
+        now = time.monotonic()
+        assert made.take(now).conn is None
+        made.collect(now, between_requests=True)
+        assert made.idle == [] and made.deadline() is None
+        _want(made, now)  # a worker that connected through connect() ended
+        assert len(made.idle) == 1 and made.open_after_miss
+        made.take(now).conn.close()
+        assert made.take(now).conn is None  # from now on, a miss has one opened
+        made.collect(now, between_requests=True)
+        assert len(made.idle) == 1
+    finally:
+        made.close()
+
+
+def test_the_session_that_waited_longest_is_lent_first(lender) -> None:
+    """Lent oldest first, every waiting session keeps being used while the stage
+    recycles, so the spare does not expire between waves."""
+    first, second = time.monotonic(), time.monotonic() + 1
+    _want(lender, first)
+    _want(lender, second)
+    (older, _), (newer, _) = lender.idle
+    for expected in (older, newer):
+        taken = lender.take(second).conn
+        assert taken is expected
+        taken.close()
 
 
 def test_a_waiting_session_the_server_ended_is_not_lent(lender, dsn: str) -> None:
@@ -321,18 +388,23 @@ def test_an_ask_that_came_with_a_request_is_served_right_after_it(lender) -> Non
     assert len(lender.idle) == 1 and lender.deadline() == pytest.approx(now + lending.IDLE_SECONDS)
 
 
-def test_a_programs_own_connection_is_neither_given_back_nor_replaced(lender, dsn: str) -> None:
-    """leave(0, conn) with a connection the program opened itself: closed, and the
-    template is not asked to open one (the next worker would not use it)."""
+def test_a_programs_own_connection_is_neither_given_back_nor_replaced(dsn: str) -> None:
+    """leave(0, conn) with a connection the program opened itself: closed, and
+    fork_point()'s template is not asked to open one (the next worker would not
+    use it)."""
+    made = lending.Lender(connector(dsn, "a", 2), workers_connect=False)
     now = time.monotonic()
 
     def own_connection(_lent) -> bool:
         own = psycopg.connect(dsn, autocommit=True)
         return lending.give_back(own) is False
 
-    assert _in_a_worker(lender, lender.take(now), own_connection) == 0
-    lender.collect(now, between_requests=True)
-    assert lender.idle == [] and not lender._wanted
+    try:
+        assert _in_a_worker(made, made.take(now), own_connection) == 0
+        made.collect(now, between_requests=True)
+        assert made.idle == [] and not made._wanted and not made.open_after_miss
+    finally:
+        made.close()
 
 
 def test_a_forked_worker_has_no_descriptor_of_its_siblings_sessions(lender) -> None:
