@@ -35,21 +35,23 @@ the pool kept in the template process:
   requests, one per loop turn (a request that comes meanwhile waits for at
   most one connect: a few milliseconds, at most the 2 s connect timeout per
   address). So recycling converges on sessions passed on, while a burst's
-  new workers still connect in parallel.
-* Why up to :data:`IDLE_MAX` sessions wait, and the oldest is lent first: a
-  stage's workers reach MAX_MESSAGES close together, and the dispatcher asks
-  for each replacement (and for a warm spare) a millisecond or two before
-  the ending worker's session comes back. With one spare session waiting
-  when a wave starts, each fork takes the session the previous worker gave
-  back. The spares come from the misses themselves: a worker that had to
-  connect asks for a session as it ends, and that session is one more than
-  the stage's workers hold. Lending the oldest first keeps every waiting
-  session in use, so none expires while the stage recycles. Encrypted sessions (TLS or
+  new workers still connect in parallel. Encrypted sessions (TLS or
   GSSAPI: the encryption state lives in the worker's memory) are never
   lent: the template stops lending once it sees one. Nor are connections
   through a pooler (:mod:`pepsi_dispatch.pooling`): opening one starts no
   backend, and in transaction mode the reset would run in whichever server
   session the pooler picked, not in one this worker owns.
+* Why up to :data:`IDLE_MAX` sessions wait, and the oldest is lent first: a
+  stage's workers reach MAX_MESSAGES close together, and the dispatcher asks
+  for each replacement (and for a warm spare) a millisecond or two before
+  the ending worker's session comes back. With a spare waiting when a wave
+  starts, each fork takes the session the previous worker gave back. The
+  spares come from the misses themselves: a fork that found none waiting
+  has one opened for the next fork right after, between requests
+  (``workers_connect``: at once in the SDK's template; in ``fork_point()``'s
+  once a worker gave a session back or asked for one). Lending the oldest
+  first keeps every waiting session in use, so none expires while the
+  stage recycles.
 
 At most :data:`IDLE_MAX` connections wait in the template, each for at most
 :data:`IDLE_SECONDS`; one that the server closed meanwhile (the socket is
