@@ -258,6 +258,18 @@ BEGIN
                        'USAGE') THEN
         SELECT n.workqueue_id INTO bad
           FROM new_rows AS n
+         WHERE n.dedupe_key IS NOT NULL
+           AND (n.dedupe_key !~ '\S' OR octet_length(n.dedupe_key) > 512)
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'every dedupe key must be 1 to 512 bytes long and not only whitespace (message % has % bytes)',
+                            bad, (SELECT octet_length(n.dedupe_key) FROM new_rows AS n
+                                   WHERE n.workqueue_id = bad)
+                USING ERRCODE = '23514',
+                      HINT = 'give that message a key of 1 to 512 bytes that is not only whitespace, or none';
+        END IF;
+        SELECT n.workqueue_id INTO bad
+          FROM new_rows AS n
          WHERE jsonb_typeof(n.payload) <> 'object'
          LIMIT 1;
         IF FOUND THEN
@@ -1598,6 +1610,19 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
+$$;
+
+CREATE FUNCTION pepsi.key_holders(keys text[]) RETURNS TABLE(dedupe_key text, workqueue_id bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+    SELECT h.dedupe_key, h.workqueue_id
+      FROM pepsi.workqueue AS h
+     WHERE h.dedupe_key = ANY (key_holders.keys)
+       AND h.dedupe_key IS NOT NULL
+       AND h.status IN ('pending', 'running', 'paused');
 $$;
 
 CREATE FUNCTION pepsi.list_messages(statuses text[] DEFAULT NULL::text[], in_stage text DEFAULT NULL::text, older_than interval DEFAULT NULL::interval, payload_contains jsonb DEFAULT NULL::jsonb, before_id bigint DEFAULT NULL::bigint, max_rows integer DEFAULT 50, reason_group text DEFAULT NULL::text) RETURNS TABLE(workqueue_id bigint, stage text, status text, kind text, retries integer, created_at timestamp with time zone, updated_at timestamp with time zone, due timestamp with time zone, reason text, payload jsonb)
@@ -3104,6 +3129,11 @@ GRANT ALL ON FUNCTION pepsi.hop(id bigint, from_stage text, to_stage text, dispa
 REVOKE ALL ON FUNCTION pepsi.keep_dead_letters(batch_size integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.keep_dead_letters(batch_size integer) TO pepsi_dispatcher;
 
+REVOKE ALL ON FUNCTION pepsi.key_holders(keys text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.key_holders(keys text[]) TO pepsi_ingress;
+GRANT ALL ON FUNCTION pepsi.key_holders(keys text[]) TO pepsi_stage;
+GRANT ALL ON FUNCTION pepsi.key_holders(keys text[]) TO pepsi_operator;
+
 REVOKE ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) TO pepsi_dispatcher;
 GRANT ALL ON FUNCTION pepsi.list_messages(statuses text[], in_stage text, older_than interval, payload_contains jsonb, before_id bigint, max_rows integer, reason_group text) TO pepsi_operator;
@@ -3252,6 +3282,10 @@ GRANT INSERT(payload) ON TABLE pepsi.workqueue TO pepsi_operator;
 GRANT INSERT(priority) ON TABLE pepsi.workqueue TO pepsi_ingress;
 GRANT INSERT(priority) ON TABLE pepsi.workqueue TO pepsi_stage;
 GRANT INSERT(priority) ON TABLE pepsi.workqueue TO pepsi_operator;
+
+GRANT INSERT(dedupe_key) ON TABLE pepsi.workqueue TO pepsi_ingress;
+GRANT INSERT(dedupe_key) ON TABLE pepsi.workqueue TO pepsi_stage;
+GRANT INSERT(dedupe_key) ON TABLE pepsi.workqueue TO pepsi_operator;
 
 GRANT SELECT ON TABLE pepsi.messages TO pepsi_dispatcher;
 GRANT SELECT ON TABLE pepsi.messages TO pepsi_operator;

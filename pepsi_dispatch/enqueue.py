@@ -15,14 +15,19 @@ payload is a JSON object (a ``dict``; None means ``{}``); anything else raises
 ``ValueError`` before the database is asked.
 
 How a chunk travels: on an autocommit connection outside a transaction, for a
-call without dedupe keys and without ``not_before``, as a ``COPY`` into
-``pepsi.workqueue (stage, priority, payload)`` (producers may insert those
-three columns; the table refuses a bad stage name or a payload that is not an
-object), streamed while it is built, its ids read with ``pepsi.copy_mark()``
-and ``pepsi.copied_ids()``: as fast as a bare COPY. Otherwise, or when the
-COPY is refused (a bad line, no privilege, an older schema), as one ``text[]``
-of JSON texts through ``pepsi.enqueue_lines``, which parses, checks and
-inserts them in one set-based statement and names the first bad line.
+call without ``not_before`` (``enqueue_lines``: and without ``key_field``),
+as a ``COPY`` into ``pepsi.workqueue (stage, priority, payload)`` (producers
+may insert those columns and ``dedupe_key``; the table refuses a bad stage
+name, a payload that is not an object, a malformed key, and a key a live
+message holds), streamed while it is built, its ids read with
+``pepsi.copy_mark()`` and ``pepsi.copied_ids()``: as fast as a bare COPY.
+``enqueue_many``'s keys go in the same COPY, each once per chunk (a repeat
+answers with the first's id); a chunk with a held key is refused whole, and
+the call's later chunks ask ``pepsi.key_holders()`` first. Otherwise, or when
+the COPY is refused (a bad line, a held key, no privilege, an older schema),
+as one ``text[]`` of JSON texts through ``pepsi.enqueue_lines``, which
+parses, checks and inserts them in one set-based statement, answers held
+keys with their holders' ids, and names the first bad line.
 
 Give each thread its own connection. psycopg shares one transaction per
 connection, and the COPY path runs each chunk in a transaction block. On a
@@ -92,6 +97,14 @@ _COPY_SQL = (
     "COPY pepsi.workqueue (stage, priority, payload) FROM STDIN"
     " (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
 )
+#: The keyed COPY path's statement (enqueue_many with dedupe keys): the same, the
+#: key after the payload (an empty field is NULL: no key).
+_COPY_KEYED_SQL = (
+    "COPY pepsi.workqueue (stage, priority, payload, dedupe_key) FROM STDIN"
+    " (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
+)
+#: A key that cannot travel raw in that COPY (the statement path takes it).
+_NOT_COPYABLE_KEY = re.compile("[\x00-\x02\n\r]")
 #: What a line must not hold to travel raw in that COPY (after CR LF became LF).
 _NOT_COPYABLE = ("\x00", "\x01", "\x02", "\r")
 #: A line whose JSON cannot be an object: its first character that is not a
@@ -110,8 +123,16 @@ _COPY_REFUSALS = (
     psycopg.errors.InsufficientPrivilege,
     psycopg.errors.UndefinedFunction,
 )
+#: Errors after which a keyed chunk goes through pepsi.enqueue_lines instead:
+#: those, and a deadlock with a producer inserting the same keys in another
+#: order. (A key a concurrent producer took after the look-up is 23505, an
+#: IntegrityError: enqueue_lines answers it with that producer's id.)
+_KEYED_COPY_REFUSALS = (*_COPY_REFUSALS, psycopg.errors.DeadlockDetected)
 #: Connections whose role or schema refused the COPY path once (not asked again).
 _no_copy: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+#: Connections whose role or schema refused the keyed COPY path once (a schema
+#: before 0042, or no INSERT on dedupe_key): their keyed calls take statements.
+_no_keyed_copy: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
 #: One lock per connection: the bulk calls of threads sharing it run one at a
 #: time (two transaction blocks at once on one connection nest, and psycopg then
 #: loses track of the open transaction).
@@ -296,13 +317,7 @@ def _copy(
     _CopyRefused (or one of _COPY_REFUSALS) when the lines cannot go this
     way; the caller's transaction is then to be rolled back.
     """
-    if not _STAGE_NAME.fullmatch(stage):
-        raise _CopyRefused("not a stage name")
-    row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
-    mark = row[0] if row else None
-    if mark is None:
-        _no_copy.add(conn)  # the sequence caches ids ahead: they cannot be read off it
-        raise _CopyRefused("ids are cached ahead")
+    mark = _copy_mark(conn, stage)
     prefix = f"{stage}\x02{int(priority)}\x02"
     glue = "\n" + prefix
     sent = 0
@@ -322,12 +337,109 @@ def _copy(
             if starts != len(batch) and _NOT_AN_OBJECT.search(body):
                 raise _CopyRefused("a line is not a JSON object")
             cp.write(prefix + body.replace("\n", glue) + "\n")
+    return _copied_ids(conn, mark, sent)
+
+
+def _copy_mark(conn: psycopg.Connection, stage: str) -> int:
+    """Before a COPY: the last id drawn. Raises _CopyRefused when the COPY
+    cannot go (a bad stage name: enqueue_lines says why; a sequence that
+    caches ids ahead, whose ids cannot be read off it)."""
+    if not _STAGE_NAME.fullmatch(stage):
+        raise _CopyRefused("not a stage name")
+    row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
+    mark = row[0] if row else None
+    if mark is None:
+        _no_copy.add(conn)
+        raise _CopyRefused("ids are cached ahead")
+    return int(mark)
+
+
+def _copied_ids(conn: psycopg.Connection, mark: int, sent: int) -> list[int] | None:
+    """After a COPY of ``sent`` rows that began at id ``mark``: their ids in
+    row order, or None when another statement of this transaction inserted as
+    many rows meanwhile."""
+    if sent == 0:
+        return []  # (copied_ids would look for a statement of no rows)
     row = conn.execute("SELECT pepsi.copy_mark()").fetchone()
     last = row[0] if row else None
     if last is not None and last - mark == sent:
         return list(range(mark + 1, last + 1))  # nobody drew ids meanwhile: ours, in order
     row = conn.execute("SELECT pepsi.copied_ids(%s, %s)", (mark, sent)).fetchone()
     return None if row is None or row[0] is None else list(row[0])
+
+
+def _keys_copyable(conn: psycopg.Connection, keys: Sequence[str | None]) -> bool:
+    """May this chunk's keys take the keyed COPY? Each None or a string the
+    database takes as it is (1 to 512 bytes, not only blanks, no line break or
+    0x00-0x02); any other goes through enqueue_lines, which names it."""
+    if conn in _no_keyed_copy:
+        return False
+    present = [k for k in keys if k is not None]
+    if not all(type(k) is str for k in present):
+        return False
+    if _NOT_COPYABLE_KEY.search("".join(present)):
+        return False
+    return all((len(k) <= 128 or len(k.encode()) <= 512) and not is_blank(k) for k in present)
+
+
+def _copy_keyed(
+    conn: psycopg.Connection,
+    stage: str,
+    chunk: list[Any],
+    keys: Sequence[str | None],
+    first: int,
+    priority: int,
+    look_up: bool,
+) -> list[int] | None:
+    """COPY the payloads of ``chunk`` with their ``keys`` inside the caller's
+    transaction; one id per payload, as enqueue_lines gives them.
+
+    Of the payloads that share a key, the first is inserted and the others
+    answer with its id. ``look_up``: first ask which keys live messages hold
+    (``pepsi.key_holders``; their payloads are not inserted and answer with
+    the holder's id); else the COPY assumes none is held (a bulk load of new
+    keys pays no look-up). A key that is held (or that a concurrent producer
+    takes after the look-up) makes the unique index refuse the COPY
+    (``UniqueViolation``): the caller then sends the chunk through
+    enqueue_lines, which answers it with the holder's id. None as
+    :func:`_copy`.
+    """
+    for i, p in enumerate(chunk, first):  # every payload, inserted or not
+        if p is not None and not isinstance(p, dict):
+            raise ValueError(f"payload {i} must be a JSON object (a dict), not {type(p).__name__}")
+    mark = _copy_mark(conn, stage)
+    held: dict[str, int] = {}
+    wanted = list({k for k in keys if k is not None}) if look_up else []
+    if wanted:
+        cur = conn.execute(
+            "SELECT dedupe_key, workqueue_id FROM pepsi.key_holders(%s::text[])", (wanted,)
+        )
+        held = {k: int(i) for k, i in cur.fetchall()}
+    inserted: list[int] = []  # the lines COPY inserts, in order
+    inserter: dict[str, int] = {}  # key -> the line that inserts it
+    for i, k in enumerate(keys):
+        if k is None:
+            inserted.append(i)
+        elif k not in held and k not in inserter:
+            inserter[k] = i
+            inserted.append(i)
+    prefix = f"{stage}\x02{int(priority)}\x02"
+    with conn.cursor().copy(_COPY_KEYED_SQL) as cp:
+        for start in range(0, len(inserted), _COPY_BATCH):  # built while the server parses
+            cp.write(
+                "".join(
+                    f"{prefix}{_dumps(chunk[i] or {})}\x02{keys[i] or ''}\n"
+                    for i in inserted[start : start + _COPY_BATCH]
+                )
+            )
+    got = _copied_ids(conn, mark, len(inserted))
+    if got is None:
+        return None
+    line_id = dict(zip(inserted, got, strict=True))
+    return [
+        line_id[i] if k is None else held[k] if k in held else line_id[inserter[k]]
+        for i, k in enumerate(keys)
+    ]
 
 
 class AmbiguousIdsError(RuntimeError):
@@ -338,10 +450,11 @@ class AmbiguousIdsError(RuntimeError):
     each thread its own."""
 
 
-def _refused(conn: psycopg.Connection, exc: BaseException | None) -> None:
-    """Remember a connection whose role or schema cannot COPY."""
+def _refused(conn: psycopg.Connection, exc: BaseException | None, keyed: bool = False) -> None:
+    """Remember a connection whose role or schema cannot COPY (``keyed``: cannot
+    COPY keys; it may still COPY without)."""
     if isinstance(exc, psycopg.errors.InsufficientPrivilege | psycopg.errors.UndefinedFunction):
-        _no_copy.add(conn)
+        (_no_keyed_copy if keyed else _no_copy).add(conn)
 
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -360,6 +473,46 @@ def _dumped(chunk: list[Any], first: int) -> Iterator[list[str]]:
                 )
             batch.append(_dumps(p))
         yield batch
+
+
+class _ChunkCopier:
+    """enqueue_many's COPY path, one chunk at a time, with what one chunk
+    teaches the next: a chunk that met a held key has the later chunks look
+    their keys up first; ids that could not be told apart are remembered."""
+
+    def __init__(self, conn: psycopg.Connection, stage: str, priority: int) -> None:
+        self.conn = conn
+        self.stage = stage
+        self.priority = priority
+        #: look keys up before the COPY (a chunk met a held key)
+        self.look_up = False
+        #: a chunk's ids could not be told from another thread's rows
+        self.ambiguous = False
+
+    def copy(self, chunk: list[Any], keys: list[str | None] | None, first: int) -> list[int] | None:
+        """The chunk's ids once committed by COPY ([] when ambiguous), or None
+        when it must go through pepsi.enqueue_lines (rolled back, or never
+        tried: no COPY possible on this connection, or keys it cannot take)."""
+        conn = self.conn
+        if not _copy_possible(conn) or (keys is not None and not _keys_copyable(conn, keys)):
+            return None
+        try:
+            with conn.transaction() as tx:
+                if keys is None:
+                    got = _copy(conn, self.stage, _dumped(chunk, first), self.priority)
+                else:
+                    got = _copy_keyed(
+                        conn, self.stage, chunk, keys, first, self.priority, self.look_up
+                    )
+            _committed(tx)
+        except (_CopyRefused, *_KEYED_COPY_REFUSALS) as exc:
+            _refused(conn, exc, keyed=keys is not None)  # rolled back
+            self.look_up |= isinstance(exc, psycopg.errors.UniqueViolation)
+            return None
+        if got is None:
+            self.ambiguous = True
+            return []
+        return got
 
 
 def enqueue_many(
@@ -386,24 +539,14 @@ def enqueue_many(
     when = _when(not_before)
     ids: list[int] = []
     done = 0
-    ambiguous = False
     keys = None if dedupe_keys is None else list(dedupe_keys)
+    copier = _ChunkCopier(conn, stage, priority)
     for chunk in _chunks(payloads, chunk_size):
         part = None if keys is None else keys[done : done + len(chunk)]
         if part is not None and len(part) != len(chunk):
             raise ValueError("dedupe_keys must have one element per payload")
-        got = None
         with _bulk_lock(conn):  # per chunk: payloads and progress run outside it
-            if part is None and when is None and _copy_possible(conn):
-                try:
-                    with conn.transaction() as tx:
-                        got = _copy(conn, stage, _dumped(chunk, done + 1), priority)
-                        if got is None:
-                            ambiguous = True
-                            got = []
-                    _committed(tx)
-                except (_CopyRefused, *_COPY_REFUSALS) as exc:
-                    _refused(conn, exc)  # rolled back: the chunk goes the other way
+            got = copier.copy(chunk, part, done + 1) if when is None else None
             if got is None:
                 texts = [t for batch in _dumped(chunk, done + 1) for t in batch]
                 got = _send(conn, stage, texts, when, priority, part, None, done + 1)
@@ -413,7 +556,7 @@ def enqueue_many(
             progress(done)
     if keys is not None and len(keys) != done:
         raise ValueError("dedupe_keys must have one element per payload")
-    if ambiguous:
+    if copier.ambiguous:
         raise AmbiguousIdsError(
             f"all {done} messages were enqueued, but the ids of some cannot be told from those"
             " of another thread's statement on this connection (give each thread its own"

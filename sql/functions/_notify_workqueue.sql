@@ -14,6 +14,10 @@
 --   finish), and reading a payload that is stored compressed or out of line
 --   cost 7 us per row and update (17 kB payloads); this reads each new row
 --   once, and only a producer's.
+--   Since migration 0042 producers may insert dedupe_key too (a keyed COPY),
+--   and it refuses (23514) a producer's key that pepsi.enqueue would refuse:
+--   only whitespace, or longer than 512 bytes.  (A key a live message holds
+--   is refused by workqueue_dedupe_idx itself: 23505.)
 --   Reads: new_rows (producers' statements only).  Writes: nothing.
 --   Locks: none.
 --   Callers: granted to nobody (the INSERT trigger of pepsi.workqueue).
@@ -27,6 +31,18 @@ DECLARE
 BEGIN
     IF NOT pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = TG_RELID),
                        'USAGE') THEN
+        SELECT n.workqueue_id INTO bad
+          FROM new_rows AS n
+         WHERE n.dedupe_key IS NOT NULL
+           AND (n.dedupe_key !~ '\S' OR octet_length(n.dedupe_key) > 512)
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'every dedupe key must be 1 to 512 bytes long and not only whitespace (message % has % bytes)',
+                            bad, (SELECT octet_length(n.dedupe_key) FROM new_rows AS n
+                                   WHERE n.workqueue_id = bad)
+                USING ERRCODE = '23514',
+                      HINT = 'give that message a key of 1 to 512 bytes that is not only whitespace, or none';
+        END IF;
         SELECT n.workqueue_id INTO bad
           FROM new_rows AS n
          WHERE jsonb_typeof(n.payload) <> 'object'

@@ -16,12 +16,13 @@
 -- Other roles (a DBA's own grants to a login or monitoring role) are left as
 -- they are.  Tables are private: no role but the owner writes them; everything
 -- goes through SECURITY DEFINER functions with a pinned search_path.  One
--- exception: producers may INSERT the three columns an enqueue sets
--- (stage, payload, priority) into pepsi.workqueue, so a bulk producer can
--- COPY (the fast path of pepsi_dispatch.enqueue).  Every other column takes
--- its default (pending, no key, not held), and the table refuses what
+-- exception: producers may INSERT the four columns an enqueue sets
+-- (stage, payload, priority, dedupe_key) into pepsi.workqueue, so a bulk
+-- producer can COPY (the fast path of pepsi_dispatch.enqueue).  Every other
+-- column takes its default (pending, not held), and the table refuses what
 -- pepsi.enqueue refuses (its CHECK a malformed stage name, its insert
--- trigger a payload that is not a JSON object).
+-- trigger a payload that is not a JSON object or a malformed key, its
+-- unique index a key a live message holds).
 --
 -- Who may call what is the GRANT statements below and nothing else: each
 -- function file's `Callers:` header line, the roles table of docs/SQL.md, the
@@ -47,9 +48,10 @@ GRANT EXECUTE ON FUNCTION
     pepsi.enqueue_many(text, jsonb[], timestamptz, integer, text[]),
     pepsi.enqueue_lines(text, text[], timestamptz, integer, text[], text, bigint),
     pepsi.copy_mark(),
-    pepsi.copied_ids(bigint, bigint)
+    pepsi.copied_ids(bigint, bigint),
+    pepsi.key_holders(text[])
 TO pepsi_ingress, pepsi_stage, pepsi_operator;
-GRANT INSERT (stage, payload, priority) ON pepsi.workqueue
+GRANT INSERT (stage, payload, priority, dedupe_key) ON pepsi.workqueue
 TO pepsi_ingress, pepsi_stage, pepsi_operator;
 
 -- Stage programs.

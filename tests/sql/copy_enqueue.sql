@@ -1,7 +1,7 @@
 -- A producer's own COPY: the columns it may insert, what the table refuses,
 -- and copy_mark / copied_ids, which give it the ids its rows drew.
 BEGIN;
-SELECT plan(17);
+SELECT plan(27);
 
 SET LOCAL ROLE pepsi_ingress;
 SELECT pepsi.copy_mark() AS m1 \gset
@@ -19,6 +19,8 @@ SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, payload) VALUES ('c c', '
                  'a malformed stage name is refused by the table');
 SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, payload) VALUES ('c', NULL)$$, '23502', NULL,
                  'a NULL payload is refused');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, payload, status) VALUES ('c', '{}', 'running')$$,
+                 '42501', NULL, 'a producer may not set any other column (status)');
 RESET ROLE;
 
 SELECT results_eq(
@@ -74,7 +76,43 @@ SELECT isnt(pepsi.copy_mark(), NULL::bigint, 'and a number again with CACHE 1');
 
 SET LOCAL ROLE pepsi_dashboard;
 SELECT throws_ok('SELECT pepsi.copy_mark()', '42501', NULL, 'the dashboard cannot call copy_mark');
+SELECT throws_ok($$SELECT * FROM pepsi.key_holders('{a}')$$, '42501', NULL,
+                 'nor key_holders');
 RESET ROLE;
+
+-- Keyed producers (a keyed COPY): the key is the producer's to set, the table
+-- refuses a key a live message holds and one pepsi.enqueue would refuse, and
+-- key_holders tells which keys live messages hold.
+SELECT pepsi.enqueue('c', '{}', dedupe_key => 'held-by-live') AS live \gset
+SELECT pepsi.enqueue('c', '{}', dedupe_key => 'held-by-done') AS gone \gset
+UPDATE pepsi.workqueue SET status = 'done' WHERE workqueue_id = :gone;
+SET LOCAL ROLE pepsi_ingress;
+SELECT results_eq(
+    $$SELECT dedupe_key, workqueue_id FROM pepsi.key_holders('{held-by-live,held-by-live,held-by-done,free,NULL}')$$,
+    format('VALUES (%L::text, %s::bigint)', 'held-by-live', :live),
+    'key_holders: a key a live message holds, once, with its id; a done one''s key and a free key are not held');
+SELECT is((SELECT count(*) FROM pepsi.key_holders('{}')), 0::bigint, 'no keys, no rows');
+INSERT INTO pepsi.workqueue (stage, priority, payload, dedupe_key)
+VALUES ('c', 2, '{"k": 1}', 'fresh'), ('c', 2, '{"k": 2}', NULL), ('c', 2, '{"k": 3}', 'held-by-done');
+SELECT results_eq(
+    $$SELECT dedupe_key FROM pepsi.key_holders('{fresh,held-by-done}') ORDER BY 1$$,
+    $$VALUES ('fresh'::text), ('held-by-done')$$,
+    'a producer inserts keys itself: a fresh one, and one whose message is done');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, payload, dedupe_key) VALUES ('c', '{}', 'held-by-live')$$,
+                 '23505', NULL, 'a key a live message holds is refused by the unique index');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, payload, dedupe_key) VALUES ('c', '{}', E' \t ')$$,
+                 '23514', NULL, 'a key of only whitespace is refused by the table');
+SELECT throws_ok(format($$INSERT INTO pepsi.workqueue (stage, payload, dedupe_key) VALUES ('c', '{}', %L)$$,
+                        repeat('k', 513)),
+                 '23514', NULL, 'a key longer than 512 bytes is refused by the table');
+SELECT lives_ok(format($$INSERT INTO pepsi.workqueue (stage, payload, dedupe_key) VALUES ('c', '{}', %L)$$,
+                       repeat('é', 256)),
+                'a key of exactly 512 bytes is taken');
+RESET ROLE;
+SELECT matches(pg_temp.plan_of($$SELECT h.workqueue_id FROM pepsi.workqueue AS h
+    WHERE h.dedupe_key = ANY ('{a,b}'::text[]) AND h.dedupe_key IS NOT NULL
+      AND h.status IN ('pending', 'running', 'paused')$$),
+    '"Index Name": "workqueue_dedupe_idx"', 'key_holders'' statement reads workqueue_dedupe_idx');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -33,8 +33,8 @@ SELECT lives_ok($$INSERT INTO pepsi.workqueue (stage, payload, priority) VALUES 
                 'ingress may insert the three columns an enqueue sets (its COPY path)');
 SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, status) VALUES ('s', 'running')$$, '42501', NULL,
                  'ingress cannot set a status');
-SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, dedupe_key) VALUES ('s', 'k')$$, '42501', NULL,
-                 'ingress cannot set a key past the dedupe look-up');
+SELECT throws_ok($$INSERT INTO pepsi.workqueue (stage, dedupe_key, retries) VALUES ('s', 'k', 0)$$,
+                 '42501', NULL, 'ingress cannot set a retry count');
 SELECT throws_ok($$INSERT INTO pepsi.workqueue (workqueue_id, stage) OVERRIDING SYSTEM VALUE
                    VALUES (1000000, 's')$$, '42501', NULL, 'ingress cannot choose an id');
 RESET ROLE;

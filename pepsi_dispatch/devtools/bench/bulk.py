@@ -6,7 +6,8 @@ Each round times, on an emptied ``pepsi.workqueue`` after a CHECKPOINT:
   lines (in this process, as ``psql \\copy`` would send them) -- the floor;
   ``copy+keys`` adds ``priority`` and ``dedupe_key`` columns;
 - ``copy dicts``: the same rows from Python dicts (``json.dumps`` + COPY), the
-  floor for a Python producer holding dicts;
+  floor for a Python producer holding dicts; ``copy dicts+keys`` with
+  ``priority`` and ``dedupe_key``, the floor of ``enqueue_many+keys``;
 - ``enqueue_many`` (dicts; on an autocommit connection: its COPY path; the
   bench's login, usually the schema owner, whose COPY the insert trigger
   does not check again), ``enqueue_many as producer`` (the same as a login in
@@ -14,7 +15,7 @@ Each round times, on an emptied ``pepsi.workqueue`` after a CHECKPOINT:
   counts),
   ``enqueue_many in a tx`` (inside the caller's transaction: one
   ``pepsi.enqueue_lines`` statement per chunk) and ``enqueue_many+keys``
-  (priority 5, one key per row: the statement path);
+  (priority 5, one key per row: its keyed COPY path, no key held);
 - ``cli``: ``pepsi-queue enqueue bench - --force -q < FILE`` (a new process:
   its start-up counts) and ``cli+keys`` (``--key-field key --priority 5``);
 - ``graphile add_jobs`` (and ``+keys``: a ``job_key`` and a priority each):
@@ -157,6 +158,15 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
                 for r in rows:
                     cp.write_row((STAGE, json.dumps(r)))
 
+        def copy_dicts_keys(conn: psycopg.Connection) -> None:
+            cols = "stage, payload, priority, dedupe_key"
+            with (
+                conn.transaction(),
+                conn.cursor().copy(f"COPY pepsi.workqueue ({cols}) FROM STDIN") as cp,
+            ):
+                for r, k in zip(rows, keys, strict=True):
+                    cp.write_row((STAGE, json.dumps(r), 5, k))
+
         def api(conn: psycopg.Connection) -> None:
             enqueue_many(conn, STAGE, rows)
 
@@ -191,7 +201,8 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
                 "copy+keys",
                 False,
             ),
-            "enqueue_many+keys": (api_keys, "copy+keys", False),
+            "copy dicts+keys": (copy_dicts_keys, "copy dicts+keys", False),
+            "enqueue_many+keys": (api_keys, "copy dicts+keys", False),
             "cli+keys": (cli("--key-field", "key", "--priority", "5"), "copy+keys", False),
         }
         producer = _producer_dsn(dsn)

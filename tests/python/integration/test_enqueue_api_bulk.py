@@ -328,3 +328,139 @@ def test_an_async_connection_is_refused_plainly(dsn: str) -> None:
                 enqueue_lines(aconn, "s", ["{}"])  # type: ignore[arg-type]
 
     asyncio.run(attempt())
+
+
+# -- the keyed COPY path ----------------------------------------------------------------
+
+
+def _count_statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Let pepsi.enqueue_lines run, counting its calls (the first line of each)."""
+    calls: list[int] = []
+    real = enqueue_module._send
+
+    def counted(*args: object) -> list[int]:
+        calls.append(args[-1])  # type: ignore[arg-type]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(enqueue_module, "_send", counted)
+    return calls
+
+
+def test_new_keys_are_copied_each_once_by_a_producer_login(
+    conn: psycopg.Connection, login: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys no live message holds go in by COPY, with no statement and no
+    look-up; an element whose key an earlier element of the call took answers
+    with that element's id; None is no key."""
+    _no_statement_path(monkeypatch)
+    docs = [{"n": i} for i in range(30)]
+    keys = [f"new-{i // 10}-{i % 4}" if i % 5 else None for i in range(30)]  # repeats in a chunk
+    with psycopg.connect(login("GRANT pepsi_ingress TO {role}"), autocommit=True) as producer:
+        ids = enqueue_many(producer, "s", docs, chunk_size=10, priority=3, dedupe_keys=keys)
+        assert producer not in enqueue_module._no_keyed_copy
+    first_of: dict[str, int] = {}
+    for n, k in enumerate(keys):
+        if k is not None:
+            assert ids[n] == ids[first_of.setdefault(k, n)], (n, k)
+    inserted = sorted(set(ids))
+    rows = _rows(conn, inserted)
+    assert len(rows) == len(inserted) == 6 + len(set(filter(None, keys)))
+    by_id = {r[0]: r for r in rows}
+    for n in sorted(set(first_of.values()) | {n for n, k in enumerate(keys) if k is None}):
+        assert by_id[ids[n]][4] == docs[n] and by_id[ids[n]][5] == keys[n]
+        assert by_id[ids[n]][3] == 3
+
+
+def test_a_held_key_sends_its_chunk_through_statements_and_later_chunks_look_up(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = enqueue(conn, "s", {"old": 1}, dedupe_key="k-held")
+    later = enqueue(conn, "s", {"old": 2}, dedupe_key="k-later")
+    statements = _count_statements(monkeypatch)
+    keys = ["k-a", "k-held", "k-b", "k-c", "k-later", "k-c", None, "k-d"]
+    ids = enqueue_many(conn, "s", [{"n": i} for i in range(8)], chunk_size=3, dedupe_keys=keys)
+    assert statements == [1], "only the chunk that met the held key took the statement path"
+    assert ids[1] == held and ids[4] == later, "held keys answer with their holder's id"
+    assert ids[5] == ids[3], "a key repeated across chunks answers with the first one's id"
+    rows = _rows(conn, [i for i in ids if i not in (held, later)])
+    assert [(r[4], r[5]) for r in rows] == [
+        ({"n": 0}, "k-a"),
+        ({"n": 2}, "k-b"),
+        ({"n": 3}, "k-c"),
+        ({"n": 6}, None),
+        ({"n": 7}, "k-d"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "goes_in"),
+    [("two\nlines", True), ("\x01odd", True), ("   ", False), ("k" * 513, False)],
+)
+def test_a_key_the_copy_cannot_take_goes_through_statements(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, key: str, goes_in: bool
+) -> None:
+    statements = _count_statements(monkeypatch)
+    docs, keys = [{"n": 1}, {"n": 2}], ["fine", key]
+    if goes_in:
+        ids = enqueue_many(conn, "s", docs, dedupe_keys=keys)
+        assert [r[5] for r in _rows(conn, ids)] == keys, "the key exactly as given"
+    else:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="line 2"):
+            enqueue_many(conn, "s", docs, dedupe_keys=keys)
+        assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+    assert statements == [1]
+
+
+def test_a_role_that_may_not_insert_keys_still_copies_without(
+    conn: psycopg.Connection, login: Callable[[str], str]
+) -> None:
+    """A role granted as before 0042 (no INSERT on dedupe_key): its keyed calls
+    take statements from then on, its keyless calls still COPY."""
+    old_grants = login(
+        "GRANT USAGE ON SCHEMA pepsi TO {role};"
+        " GRANT EXECUTE ON FUNCTION pepsi.enqueue_lines(text, text[], timestamptz, integer,"
+        " text[], text, bigint), pepsi.copy_mark(), pepsi.copied_ids(bigint, bigint) TO {role};"
+        " GRANT INSERT (stage, payload, priority) ON pepsi.workqueue TO {role}"
+    )
+    with psycopg.connect(old_grants, autocommit=True) as producer:
+        ids = enqueue_many(producer, "s", [{"n": 0}, {"n": 1}], dedupe_keys=["a", None])
+        assert producer in enqueue_module._no_keyed_copy
+        assert producer not in enqueue_module._no_copy
+        ids += enqueue_many(producer, "s", [{"n": 2}])
+        assert producer not in enqueue_module._no_copy
+    assert [(r[4], r[5]) for r in _rows(conn, ids)] == [
+        ({"n": 0}, "a"),
+        ({"n": 1}, None),
+        ({"n": 2}, None),
+    ]
+
+
+def test_producers_racing_for_the_same_keys_get_one_message_per_key(dsn: str) -> None:
+    """Four producers enqueue the same keyed batches at once: each key is one
+    live message, and every producer got that message's id for it."""
+    keys = [f"race-{i}" for i in range(600)]
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def produce(n: int) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as own:
+                start.wait(10)
+                results.append(
+                    enqueue_many(own, "s", [{"p": n}] * len(keys), chunk_size=100, dedupe_keys=keys)
+                )
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(results) == 4 and all(r == results[0] for r in results)
+    with psycopg.connect(dsn, autocommit=True) as check:
+        rows = check.execute("SELECT dedupe_key, workqueue_id FROM pepsi.workqueue").fetchall()
+    assert sorted(k for k, _ in rows) == sorted(keys), "one message per key, none lost"
+    assert dict(rows) == dict(zip(keys, results[0], strict=True))
