@@ -21,6 +21,7 @@ from .connection import EX_TEMPFAIL, ConnectionHolder, connector
 from .facts import StartFacts, start_facts
 from .inhand import InHand, from_environment
 from .lending import (
+    IDLE_MAX,
     LEND_CONNECT_TIMEOUT,
     Lender,
     give_back,
@@ -239,7 +240,9 @@ def _template_lender(argv: list[str]) -> Lender | None:
     except (SystemExit, ConfigError, OSError):
         return None
     dsn = os.environ.get("PEPSI_DSN") or config.dsn
-    return Lender(connector(dsn, stage, LEND_CONNECT_TIMEOUT), config)
+    stage_config = config.stages.get(stage)
+    idle_max = IDLE_MAX if stage_config is None else min(IDLE_MAX, stage_config.parallelism + 1)
+    return Lender(connector(dsn, stage, LEND_CONNECT_TIMEOUT), config, idle_max=idle_max)
 
 
 def main(handlers: Mapping[str, Handler], group_commit: bool | None, argv: list[str]) -> int:

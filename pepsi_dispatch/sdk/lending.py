@@ -98,8 +98,9 @@ LEND_ENV = "PEPSI_WORKER_LEND_SESSIONS"
 LEND_CONNECT_TIMEOUT = 2
 
 #: Connections at most waiting in the template for the next workers: the
-#: session an ending worker gives back, and one spare for the fork that comes
-#: before it (a replacement, or the warm spare of a recycling stage).
+#: session an ending worker gives back, and a spare for each fork that comes
+#: before it (a replacement, and the warm spare of a recycling stage); fewer
+#: for a stage of PARALLELISM 1 (PARALLELISM + 1).
 IDLE_MAX = 3
 #: How long a given-back connection waits for the next worker (seconds): longer
 #: than a busy stage takes between two waves of recycles, so that its spare is
@@ -202,14 +203,23 @@ class Lender:
     back the sessions they return."""
 
     def __init__(
-        self, connect: Connect, config: Config | None = None, *, workers_connect: bool = True
+        self,
+        connect: Connect,
+        config: Config | None = None,
+        *,
+        workers_connect: bool = True,
+        idle_max: int = IDLE_MAX,
     ) -> None:
         """``connect`` opens a session for the next worker; ``config`` goes with
         each worker forked; ``workers_connect``: every worker is known to use a
         session (the SDK's), so a fork that finds none waiting has one opened
-        for the next (else that waits until a worker gives one back or asks)."""
+        for the next (else that waits until a worker gives one back or asks);
+        ``idle_max``: sessions at most waiting (a stage of PARALLELISM 1 needs
+        two: its replacement's and its warm spare's)."""
         self._connect = connect
         self.config = config
+        #: sessions at most waiting for the next workers
+        self.idle_max = idle_max
         #: open a session after a fork found none (the workers use them)
         self.open_after_miss = workers_connect
         self._returns, self._back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -264,7 +274,7 @@ class Lender:
         """A worker ended without a session to give back (it connected itself):
         open one now, so that the next worker forked gets it. Done between
         requests, never to serve one (a request that comes meanwhile waits)."""
-        if len(self.idle) >= IDLE_MAX or not self.lending:
+        if len(self.idle) >= self.idle_max or not self.lending:
             return
         if self._connect_failed_at is not None and now - self._connect_failed_at < RETRY_SECONDS:
             return
@@ -368,7 +378,7 @@ class Lender:
             self._prepare(now)
 
     def _wait(self, conn: psycopg.Connection, now: float) -> None:
-        if len(self.idle) >= IDLE_MAX:
+        if len(self.idle) >= self.idle_max:
             old, _ = self.idle.pop(0)
             _close(old)
         self.idle.append((conn, now))

@@ -264,6 +264,17 @@ def test_a_protocol_template_opens_nothing_until_its_workers_use_sessions(dsn: s
         made.close()
 
 
+def test_a_lender_for_a_stage_of_parallelism_1_keeps_two(dsn: str) -> None:
+    made = lending.Lender(connector(dsn, "a", 2), idle_max=2)
+    try:
+        now = time.monotonic()
+        for _ in range(4):
+            _want(made, now)
+        assert len(made.idle) == 2
+    finally:
+        made.close()
+
+
 def test_the_session_that_waited_longest_is_lent_first(lender) -> None:
     """Lent oldest first, every waiting session keeps being used while the stage
     recycles, so the spare does not expire between waves."""
