@@ -370,8 +370,11 @@ def _copied_ids(conn: psycopg.Connection, mark: int, sent: int) -> list[int] | N
 
 def _keys_copyable(conn: psycopg.Connection, keys: Sequence[str | None]) -> bool:
     """May this chunk's keys take the keyed COPY? Each None or a string the
-    database takes as it is (1 to 512 bytes, not only blanks, no line break or
-    0x00-0x02); any other goes through enqueue_lines, which names it."""
+    database takes as it is (1 to 512 bytes, no line break or 0x00-0x02, and
+    not only whitespace by Python's measure, which counts every character the
+    database's locale may count, and more); any other goes through
+    enqueue_lines, which decides and names a bad one. (The table's trigger
+    checks keys too, but not the owner's.)"""
     if conn in _no_keyed_copy:
         return False
     present = [k for k in keys if k is not None]
@@ -379,7 +382,7 @@ def _keys_copyable(conn: psycopg.Connection, keys: Sequence[str | None]) -> bool
         return False
     if _NOT_COPYABLE_KEY.search("".join(present)):
         return False
-    return all((len(k) <= 128 or len(k.encode()) <= 512) and not is_blank(k) for k in present)
+    return all((len(k) <= 128 or len(k.encode()) <= 512) and k and not k.isspace() for k in present)
 
 
 def _copy_keyed(
