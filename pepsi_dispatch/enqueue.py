@@ -207,11 +207,15 @@ def connect(dsn: str | None = None, config_path: str | None = None) -> psycopg.C
     )
 
 
+def _not_an_object(what: str, payload: Any) -> ValueError:
+    return ValueError(f"{what} must be a JSON object (a dict), not {type(payload).__name__}")
+
+
 def _payload(payload: Any, what: str = "payload") -> Jsonb:
     if payload is None:
         return Jsonb({})
     if not isinstance(payload, dict):
-        raise ValueError(f"{what} must be a JSON object (a dict), not {type(payload).__name__}")
+        raise _not_an_object(what, payload)
     return Jsonb(payload)
 
 
@@ -295,14 +299,15 @@ def is_blank(line: str | None) -> bool:
 
     Narrower than Python's ``str.isspace``: a line of other whitespace (U+00A0,
     0x1F, ...) goes to the database, which decides as ``pepsi.enqueue_lines``
-    does (in the database's locale).
+    does (in the database's locale). A line that starts with ``{`` (nearly
+    every one) is told at once.
     """
-    return not line or not line.strip(" \t\n\r\x0b\x0c")
+    return not line or (line[0] != "{" and not line.strip(" \t\n\r\x0b\x0c"))
 
 
 def _without_blanks(lines: Sequence[str]) -> list[str]:
-    """``lines`` but the blank ones (a line that starts with ``{`` is not blank)."""
-    return [t for t in lines if (t and t[0] == "{") or not is_blank(t)]
+    """``lines`` but the blank ones."""
+    return [t for t in lines if not is_blank(t)]
 
 
 def _copy(
@@ -409,7 +414,7 @@ def _copy_keyed(
     """
     for i, p in enumerate(chunk, first):  # every payload, inserted or not
         if p is not None and not isinstance(p, dict):
-            raise ValueError(f"payload {i} must be a JSON object (a dict), not {type(p).__name__}")
+            raise _not_an_object(f"payload {i}", p)
     mark = _copy_mark(conn, stage)
     held: dict[str, int] = {}
     wanted = list({k for k in keys if k is not None}) if look_up else []
@@ -471,9 +476,7 @@ def _dumped(chunk: list[Any], first: int) -> Iterator[list[str]]:
             if p is None:
                 p = {}
             elif not isinstance(p, dict):
-                raise ValueError(
-                    f"payload {i} must be a JSON object (a dict), not {type(p).__name__}"
-                )
+                raise _not_an_object(f"payload {i}", p)
             batch.append(_dumps(p))
         yield batch
 

@@ -141,7 +141,7 @@ def _enqueue_stdin(
     from pepsi_dispatch.enqueue import enqueue_lines, is_blank
 
     lines = _stdin_lines()
-    total = sum(1 for line in lines if (line and line[0] == "{") or not is_blank(line))
+    total = sum(1 for line in lines if not is_blank(line))
     report = Progress(total, every=progress_every)
     try:
         ids = enqueue_lines(

@@ -271,9 +271,10 @@ class Lender:
         return self._loan(None)
 
     def _prepare(self, now: float) -> None:
-        """A worker ended without a session to give back (it connected itself):
-        open one now, so that the next worker forked gets it. Done between
-        requests, never to serve one (a request that comes meanwhile waits)."""
+        """Open one session a worker asked for (it ended without one to give
+        back) or a fork missed, so that the next worker forked gets it. Done
+        between requests, never to serve one (a request that comes meanwhile
+        waits)."""
         if len(self.idle) >= self.idle_max or not self.lending:
             return
         if self._connect_failed_at is not None and now - self._connect_failed_at < RETRY_SECONDS:

@@ -27,32 +27,29 @@ LANGUAGE plpgsql
 SET search_path = pepsi, pg_catalog, pg_temp
 AS $$
 DECLARE
-    bad bigint;
+    bad record;
 BEGIN
     IF NOT pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = TG_RELID),
                        'USAGE') THEN
-        SELECT n.workqueue_id INTO bad
-          FROM new_rows AS n
-         WHERE n.dedupe_key IS NOT NULL
-           AND (n.dedupe_key !~ '\S' OR octet_length(n.dedupe_key) > 512)
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'every dedupe key must be 1 to 512 bytes long and not only whitespace (message % has % bytes)',
-                            bad, (SELECT octet_length(n.dedupe_key) FROM new_rows AS n
-                                   WHERE n.workqueue_id = bad)
-                USING ERRCODE = '23514',
-                      HINT = 'give that message a key of 1 to 512 bytes that is not only whitespace, or none';
-        END IF;
-        SELECT n.workqueue_id INTO bad
+        -- One pass over the new rows, for both checks.
+        SELECT n.workqueue_id AS id, jsonb_typeof(n.payload) AS kind,
+               octet_length(n.dedupe_key) AS key_bytes
+          INTO bad
           FROM new_rows AS n
          WHERE jsonb_typeof(n.payload) <> 'object'
+            OR (n.dedupe_key IS NOT NULL
+                AND (n.dedupe_key !~ '\S' OR octet_length(n.dedupe_key) > 512))
          LIMIT 1;
-        IF FOUND THEN
+        IF FOUND AND bad.kind <> 'object' THEN
             RAISE EXCEPTION 'payload must be a JSON object, not a JSON % (message %)',
-                            (SELECT jsonb_typeof(n.payload) FROM new_rows AS n
-                              WHERE n.workqueue_id = bad), bad
+                            bad.kind, bad.id
                 USING ERRCODE = '23514',
                       HINT = 'wrap the value in an object, e.g. {"value": ...}';
+        ELSIF FOUND THEN
+            RAISE EXCEPTION 'every dedupe key must be 1 to 512 bytes long and not only whitespace (message % has % bytes)',
+                            bad.id, bad.key_bytes
+                USING ERRCODE = '23514',
+                      HINT = 'give that message a key of 1 to 512 bytes that is not only whitespace, or none';
         END IF;
     END IF;
     PERFORM pg_notify('workqueue', '');
