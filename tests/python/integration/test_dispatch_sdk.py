@@ -404,8 +404,11 @@ def test_a_program_that_takes_no_offer_delays_its_first_burst_by_the_hold_at_mos
 
 
 def _state(pid: int) -> str:
-    """The one-letter state of process ``pid`` (/proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    """The one-letter state of process ``pid`` (/proc/PID/stat); "gone" once reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
     return stat[stat.rfind(")") + 2]
 
 
@@ -428,12 +431,16 @@ def test_a_stopped_template_does_not_hold_the_loop(h: Harness) -> None:
     wait_until(lambda: len(d.workers().get("a", [])) >= 2, 10, message="worker and template up")
     os.kill(template, signal.SIGSTOP)
     try:
-        wait_until(lambda: _state(template) == "T", 5, message="the template stopped")
+        # A spawn the dispatcher had just sent (a warm spare) finds it stopped
+        # too: the template is then ended at once, before the test goes on.
+        wait_until(lambda: _state(template) in ("T", "gone"), 5, message="the template stopped")
         t0 = time.monotonic()
         ids = h.enqueue("a", [{"plan": {"a": {"op": "finish"}}}] * 6)  # two recycles
         h.wait_all(timeout=60)
         took = time.monotonic() - t0
-        assert f"template pid {template} is stopped" in d.log(), d.tail()
+        assert re.search(
+            f"template pid {template} (is stopped|was stopped during a spawn)", d.log()
+        ), d.tail()
         assert took < 4, f"{took:.1f} s: a spawn waited on the stopped template"
         runs = [r.wq_id for r in read_worker_log(log).runs if r.wq_id in set(ids)]
         assert sorted(runs) == sorted(ids)
