@@ -65,6 +65,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -209,14 +210,19 @@ class Lender:
         *,
         workers_connect: bool = True,
         idle_max: int = IDLE_MAX,
+        rehearse: Callable[[psycopg.Connection], object] | None = None,
     ) -> None:
         """``connect`` opens a session for the next worker; ``config`` goes with
         each worker forked; ``workers_connect``: every worker is known to use a
         session (the SDK's), so a fork that finds none waiting has one opened
         for the next (else that waits until a worker gives one back or asks);
         ``idle_max``: sessions at most waiting (a stage of PARALLELISM 1 needs
-        two: its replacement's and its warm spare's)."""
+        two: its replacement's and its warm spare's); ``rehearse(conn)``: run
+        once on the first session opened here, before any worker gets it (what
+        every worker asks first, so that the caches it fills are built once,
+        here, and each forked worker inherits them)."""
         self._connect = connect
+        self._rehearse = rehearse
         self.config = config
         #: sessions at most waiting for the next workers
         self.idle_max = idle_max
@@ -292,6 +298,15 @@ class Lender:
             self.lending = False
             _close(conn)
             return
+        if self._rehearse is not None:
+            rehearse, self._rehearse = self._rehearse, None
+            try:
+                rehearse(conn)
+            except psycopg.Error:
+                if conn.broken:
+                    self._connect_failed_at = now
+                    _close(conn)
+                    return
         self._connect_failed_at = None
         self._wait(conn, now)
 

@@ -55,6 +55,16 @@ __all__ = ["Template", "accept_offer", "from_environment", "serve_if_asked", "se
 REPARENT_TIMEOUT = 5.0
 _PR_SET_PDEATHSIG = 1
 _PID = struct.Struct("=q")
+#: libc's prctl(2), looked up once in the template: a forked worker that looked
+#: it up itself would pay some 80 copy-on-write faults for it.
+_prctl: Any = None
+
+
+def _libc_prctl() -> Any:
+    global _prctl
+    if _prctl is None:
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return _prctl
 
 
 class SessionLender(Protocol):
@@ -215,8 +225,7 @@ def _adopted_by(dispatcher_pid: int) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.0002)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _libc_prctl()(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     return os.getppid() == dispatcher_pid
 
 
@@ -308,6 +317,7 @@ def serve_if_asked(lender: Callable[[], SessionLender | None] | None = None) -> 
         return None
     if lender is not None:
         template.lender = lender()
+    _libc_prctl()
     # Everything imported so far lives as long as the worker: out of the
     # collector's sight, a forked worker's collections never write to (and so
     # never copy) the pages it shares with the template.

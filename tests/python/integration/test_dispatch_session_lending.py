@@ -275,6 +275,62 @@ def test_a_lender_for_a_stage_of_parallelism_1_keeps_two(dsn: str) -> None:
         made.close()
 
 
+def test_the_first_session_opened_is_rehearsed_once_and_lent_idle(dsn: str) -> None:
+    """The SDK's template asks, on its first session, what each worker asks first
+    (the start facts and an empty pin), so that the caches those fill are
+    inherited; nothing of it stays in the session, and later ones are not
+    rehearsed."""
+    seen: list[int] = []
+
+    def rehearse(conn: psycopg.Connection) -> None:
+        seen.append(conn.info.backend_pid)
+        conn.execute("BEGIN")
+        conn.execute("SELECT 1")
+        conn.execute("ROLLBACK")
+
+    made = lending.Lender(connector(dsn, "a", 2), rehearse=rehearse)
+    try:
+        now = time.monotonic()
+        _want(made, now)
+        _want(made, now)
+        assert seen == [made.idle[0][0].info.backend_pid]
+        for conn, _ in made.idle:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        made.close()
+
+
+def test_a_rehearsal_the_database_refuses_still_lends_the_session(dsn: str) -> None:
+    """A database that cannot answer the rehearsal (not migrated, a role
+    without a grant) lends the session all the same: each worker says why."""
+
+    def rehearse(conn: psycopg.Connection) -> None:
+        conn.execute("SELECT pepsi.no_such_function()")
+
+    made = lending.Lender(connector(dsn, "a", 2), rehearse=rehearse)
+    try:
+        _want(made, time.monotonic())
+        ((conn, _),) = made.idle
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        made.close()
+
+
+def test_the_sdk_rehearsal_locks_nothing_and_leaves_no_transaction(dsn: str, monkeypatch) -> None:
+    from pepsi_dispatch.sdk import entry
+
+    monkeypatch.setenv("PEPSI_STAGE", "a")
+    monkeypatch.setenv("PEPSI_DISPATCHER_ID", "424242")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        entry._rehearse(conn, {"a": lambda msg: None})
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        locks = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()"
+            " AND locktype <> 'virtualxid' AND relation IS DISTINCT FROM 'pg_locks'::regclass"
+        ).fetchone()
+        assert locks == (0,)
+
+
 def test_the_session_that_waited_longest_is_lent_first(lender) -> None:
     """Lent oldest first, every waiting session keeps being used while the stage
     recycles, so the spare does not expire between waves."""

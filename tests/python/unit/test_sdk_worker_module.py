@@ -101,3 +101,37 @@ def test_a_handlers_sys_exit_keeps_its_status() -> None:
     assert _exit_status(None) == 0
     assert _exit_status(4) == 4
     assert _exit_status("bye") == 1  # sys.exit("text"): printed, status 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker"],
+        ["-c", "/etc/pepsi.conf", "worker"],
+        ["--config", "pepsi.conf", "worker"],
+        ["-c", "", "worker"],
+        ["--config=pepsi.conf", "worker"],
+        ["worker", "-c", "pepsi.conf"],
+    ],
+)
+def test_the_dispatchers_argv_reads_as_argparse_reads_it(argv) -> None:
+    """The forms the dispatcher uses are read without building the parser, to
+    the same result; the others go through argparse."""
+    from pepsi_dispatch.sdk import entry
+
+    parser = __import__("argparse").ArgumentParser()
+    parser.add_argument("-c", "--config")
+    parser.add_argument("command", choices=["worker"])
+    assert entry._parse_argv(argv) == parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["serve"], ["-c", "-x", "worker"], ["-c", "a.conf"], ["worker", "worker"]]
+)
+def test_a_command_line_not_the_dispatchers_is_refused_with_usage(argv, capsys) -> None:
+    from pepsi_dispatch.sdk import entry
+
+    with pytest.raises(SystemExit) as exc:
+        entry._parse_argv(argv)
+    assert exc.value.code == 2
+    assert "usage:" in capsys.readouterr().err
