@@ -313,8 +313,9 @@ def _without_blanks(lines: Sequence[str]) -> list[str]:
 def _copy(
     conn: psycopg.Connection, stage: str, batches: Iterable[Sequence[str]], priority: int
 ) -> list[int] | None:
-    """COPY the texts of ``batches`` (JSON objects, none blank) inside the
-    caller's transaction, each batch written as soon as it is built; their ids.
+    """COPY the texts of ``batches`` (JSON objects; blank lines are skipped)
+    inside the caller's transaction, each batch written as soon as it is built;
+    their ids.
 
     None (the rows are in, to be committed): another statement of this
     transaction inserted as many rows meanwhile (another thread on this
@@ -327,19 +328,26 @@ def _copy(
     glue = "\n" + prefix
     sent = 0
     with conn.cursor().copy(_COPY_SQL) as cp:
-        for batch in batches:
+        for lines in batches:
+            try:
+                body = "\n".join(lines)
+                starts = body.count("\n{") + (body[:1] == "{")  # lines that start with {
+            except TypeError:
+                starts = -1  # a None line (blank)
+            batch = lines
+            if starts != len(lines):  # some may be blank: each line is looked at
+                batch = _without_blanks(lines)
+                body = "\n".join(batch)
             if not batch:
                 continue
             sent += len(batch)
-            body = "\n".join(batch)
             if body.count("\n") != len(batch) - 1:
                 raise _CopyRefused("a line holds a line break")
             if "\r" in body:
                 body = body.replace("\r\n", "\n").removesuffix("\r")
             if any(c in body for c in _NOT_COPYABLE):  # a substring search each: fast
                 raise _CopyRefused("a line holds a control character")
-            starts = body.count("\n{") + (body[:1] == "{")  # lines that start with {
-            if starts != len(batch) and _NOT_AN_OBJECT.search(body):
+            if starts != len(lines) and _NOT_AN_OBJECT.search(body):
                 raise _CopyRefused("a line is not a JSON object")
             cp.write(prefix + body.replace("\n", glue) + "\n")
     return _copied_ids(conn, mark, sent)
@@ -676,10 +684,7 @@ def _copy_lines(
     with conn.transaction() as tx:
         for start in range(0, len(lines), chunk_size):
             chunk = lines[start : start + chunk_size]
-            batches = (
-                _without_blanks(chunk[b : b + _COPY_BATCH])
-                for b in range(0, len(chunk), _COPY_BATCH)
-            )
+            batches = (chunk[b : b + _COPY_BATCH] for b in range(0, len(chunk), _COPY_BATCH))
             try:
                 got = _copy(conn, stage, batches, priority)
             except _COPY_REFUSALS as exc:

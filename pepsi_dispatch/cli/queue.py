@@ -54,6 +54,7 @@ prints its help.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -92,7 +93,7 @@ from pepsi_dispatch.cli.stages import check_stage_name
 from pepsi_dispatch.cli.watch import NO_LIVE_DISPATCHER, _age, _json_default, watch_status
 from pepsi_dispatch.schema.migrate import migrate_command
 
-__all__ = ["PROG", "cli", "main"]
+__all__ = ["PROG", "cli", "main", "run"]
 
 PROG = "pepsi-queue"
 TERMINAL = ("done", "failed", "timeout", "expired")
@@ -116,6 +117,12 @@ class _Ctx:
             _session["user"] = self._conn.info.user
         return self._conn
 
+    def close(self) -> None:
+        """End the session, if one was opened (the command is over)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
 
 @click.group(
     name=PROG,
@@ -129,6 +136,7 @@ class _Ctx:
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """Global options."""
     ctx.obj = _Ctx(config_path)
+    ctx.call_on_close(ctx.obj.close)
 
 
 @cli.command(help="Message counts by stage and status; --watch for a live view.")
@@ -551,5 +559,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_click(cli, PROG, args, _report, database_error)
 
 
+def run() -> None:
+    """The console script: :func:`main`, then the process ends without the
+    interpreter's teardown of every module (some 30 ms of a command's run).
+    The session is closed and stdout and stderr are flushed first; when they
+    cannot be (a reader that went away), the usual exit says so."""
+    status = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(status)
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -148,3 +148,25 @@ def test_the_closing_count_is_what_went_in(dsn: str, conn: psycopg.Connection) -
         assert len(out.stdout.split()) == inserted
     else:  # a locale whose whitespace is narrower: the line is named, nothing in
         assert "is not JSON" in out.stderr and inserted == 0, out.stderr
+
+
+def test_every_id_reaches_stdout_and_blank_lines_are_not_counted(
+    dsn: str, conn: psycopg.Connection
+) -> None:
+    """The command ends without the interpreter's teardown: what it printed is
+    flushed all the same, to the last id. Blank lines among the objects (the
+    total is then counted line by line) are skipped, and the progress total
+    says so."""
+    n = 30_000
+    lines = [f'{{"n": {i}}}\n' for i in range(n)]
+    lines[100:100] = ["\n", "  \t\n"]
+    out = enqueue_args(dsn, "".join(lines), "--chunk-size", "5000", "--progress-every", "0")
+    assert out.returncode == 0, out.stderr
+    ids = [int(x) for x in out.stdout.split()]
+    assert len(ids) == n == count(conn) and out.stdout.endswith("\n")
+    assert ids == sorted(ids)
+    assert f"enqueued 4,998 of {n:,}" in out.stderr, out.stderr  # chunks count lines
+    with_ids = conn.execute(
+        "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id = ANY(%s)", (ids,)
+    )
+    assert with_ids.fetchone()[0] == n
