@@ -15,15 +15,19 @@ payload is a JSON object (a ``dict``; None means ``{}``); anything else raises
 ``ValueError`` before the database is asked.
 
 How a chunk travels: on an autocommit connection outside a transaction, for a
-call without ``not_before`` (``enqueue_lines``: and without ``key_field``),
-as a ``COPY`` into ``pepsi.workqueue (stage, priority, payload)`` (producers
+call without ``not_before``, as a ``COPY`` into ``pepsi.workqueue (stage,
+priority, payload)`` (producers
 may insert those columns and ``dedupe_key``; the table refuses a bad stage
 name, a payload that is not an object, a malformed key, and a key a live
 message holds), streamed while it is built, its ids read with
 ``pepsi.copy_mark()`` and ``pepsi.copied_ids()``: as fast as a bare COPY.
 ``enqueue_many``'s keys go in the same COPY, each once per chunk (a repeat
 answers with the first's id); a chunk with a held key is refused whole, and
-the call's later chunks ask ``pepsi.key_holders()`` first. Otherwise, or when
+the call's later chunks ask ``pepsi.key_holders()`` first. So do
+``enqueue_lines``' keys from ``key_field`` when Python reads them exactly as
+the database would (each chunk's lines parsed in one ``json.loads``; every
+key absent, null or a string; the lines themselves copied as read), each
+chunk under a savepoint of the call's one transaction. Otherwise, or when
 the COPY is refused (a bad line, a held key, no privilege, an older schema),
 as one ``text[]`` of JSON texts through ``pepsi.enqueue_lines``, which
 parses, checks and inserts them in one set-based statement, answers held
@@ -406,9 +410,10 @@ def _copy_keyed(
     first: int,
     priority: int,
     look_up: bool,
+    texts: Sequence[str] | None = None,
 ) -> list[int] | None:
-    """COPY the payloads of ``chunk`` with their ``keys`` inside the caller's
-    transaction; one id per payload, as enqueue_lines gives them.
+    """COPY the payloads of ``chunk`` (or their ``texts`` as read, if given) with
+    their ``keys`` in the caller's transaction; one id each, as enqueue_lines.
 
     Of the payloads that share a key, the first is inserted and the others
     answer with its id. ``look_up``: first ask which keys live messages hold
@@ -444,7 +449,8 @@ def _copy_keyed(
         for start in range(0, len(inserted), _COPY_BATCH):  # built while the server parses
             cp.write(
                 "".join(
-                    f"{prefix}{_dumps(chunk[i] or {})}\x02{keys[i] or ''}\n"
+                    f"{prefix}{_dumps(chunk[i] or {}) if texts is None else texts[i]}"
+                    f"\x02{keys[i] or ''}\n"
                     for i in inserted[start : start + _COPY_BATCH]
                 )
             )
@@ -643,12 +649,100 @@ def _enqueue_lines(
                     texts = list(lines[start : start + chunk_size])
                     _send(conn, stage, texts, when, priority, None, None, start + 1)
                     raise psycopg.Rollback from None
+    if key_field is not None and when is None and _copy_possible(conn):
+        return _copy_keyed_lines(conn, stage, lines, chunk_size, priority, key_field, report)
     ids: list[int] = []
     with conn.transaction():
         for start in range(0, len(lines), chunk_size):
             texts = list(lines[start : start + chunk_size])
             ids.extend(_send(conn, stage, texts, when, priority, None, key_field, start + 1))
             report(len(ids))
+    return ids
+
+
+def _field_keys(texts: list[str], key_field: str) -> tuple[list[Any], list[str | None]] | None:
+    """The JSON objects of ``texts`` (no blank one) and each one's ``key_field``,
+    when Python tells them exactly as the database's ``->>`` would: every text
+    parses (all in one call: at C speed), is an object, and has no key or
+    null, or a string. None otherwise (the database parses and names)."""
+    try:
+        docs = json.loads("[" + ",".join(texts) + "]")
+    except (ValueError, RecursionError):
+        return None
+    if len(docs) != len(texts):
+        return None  # a text held more than one value (a comma)
+    keys: list[str | None] = []
+    for doc in docs:
+        if type(doc) is not dict:
+            return None
+        key = doc.get(key_field)
+        if key is not None and type(key) is not str:
+            return None  # a number, an object: the database's text of it decides
+        keys.append(key)
+    return docs, keys
+
+
+def _copyable_texts(texts: list[str]) -> list[str] | None:
+    """``texts`` as they go raw into the COPY (a CR of CR LF dropped), or None
+    when one holds a line break or a character 0x00-0x02."""
+    body = "\n".join(texts)
+    if body.count("\n") != len(texts) - 1:
+        return None
+    if "\r" in body:
+        texts = [t.removesuffix("\r") for t in texts]
+        body = "\n".join(texts)
+    if any(c in body for c in _NOT_COPYABLE):
+        return None
+    return texts
+
+
+def _copy_keyed_lines(
+    conn: psycopg.Connection,
+    stage: str,
+    lines: Sequence[str],
+    chunk_size: int,
+    priority: int,
+    key_field: str,
+    report: _Progress,
+) -> list[int]:
+    """enqueue_lines with ``key_field``, all chunks in one transaction: each
+    chunk by the keyed COPY (its keys read in Python; under a savepoint, so
+    that a refused COPY undoes only itself), or by pepsi.enqueue_lines when
+    Python cannot read its keys exactly or the COPY is refused (a held key:
+    the later chunks look their keys up first; a bad line, named there)."""
+    ids: list[int] = []
+    look_up = ambiguous = False
+    with conn.transaction() as tx:
+        for start in range(0, len(lines), chunk_size):
+            chunk = lines[start : start + chunk_size]
+            texts = _without_blanks(chunk)
+            parsed = _field_keys(texts, key_field) if texts else None
+            raw = _copyable_texts(texts) if parsed is not None else None
+            got = None
+            if parsed is not None and raw is not None and _keys_copyable(conn, parsed[1]):
+                try:
+                    with conn.transaction():
+                        got = _copy_keyed(
+                            conn, stage, parsed[0], parsed[1], start + 1, priority, look_up, raw
+                        )
+                except (_CopyRefused, *_KEYED_COPY_REFUSALS) as exc:
+                    _refused(conn, exc, keyed=True)
+                    look_up |= isinstance(exc, psycopg.errors.UniqueViolation)
+                    got = None
+                else:
+                    ambiguous |= got is None
+                    got = got or []
+            if got is None:
+                got = _send(conn, stage, list(chunk), None, priority, None, key_field, start + 1)
+            ids.extend(got)
+            report(len(ids))
+    _committed(tx)
+    if ambiguous:
+        raise AmbiguousIdsError(
+            f"all lines were enqueued, {len(ids)} with known ids; the ids of the others cannot"
+            " be told from those of another thread's statement on this connection (give each"
+            " thread its own connection)"
+        )
     return ids
 
 

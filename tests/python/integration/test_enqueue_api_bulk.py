@@ -475,3 +475,115 @@ def test_producers_racing_for_the_same_keys_get_one_message_per_key(dsn: str) ->
         rows = check.execute("SELECT dedupe_key, workqueue_id FROM pepsi.workqueue").fetchall()
     assert sorted(k for k, _ in rows) == sorted(keys), "one message per key, none lost"
     assert dict(rows) == dict(zip(keys, results[0], strict=True))
+
+
+# enqueue_lines with key_field: the keys read in Python, the lines copied as read.
+
+_KEYED_LINES = [
+    '{"n": 0, "id": "a"}',
+    "",
+    '{"n": 1, "id": "held"}',
+    '{"n": 2}',
+    '{"n": 3, "id": "a"}',
+    '  {"n": 4, "id": null, "x": 1.000000000000000000001}',
+    '{"n": 5, "id": "b", "id": "c"}',
+    '{"n": 6, "id": "é\\"\\u2028"}\r',
+    '{"n": 7, "id": "c"}',
+]
+
+
+def _keyed_lines_result(conn: psycopg.Connection, ids: list[int]) -> list[tuple]:
+    """Each id's row (payload as text, key), in line order."""
+    return [
+        conn.execute(
+            "SELECT payload::text, dedupe_key FROM pepsi.workqueue WHERE workqueue_id = %s", (i,)
+        ).fetchone()
+        for i in ids
+    ]
+
+
+def test_keyed_lines_copy_as_the_statement_path_enqueues_them(
+    conn: psycopg.Connection, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blank lines, a key repeated within and across chunks, a key a live
+    message holds, no key, null, a repeated member (the last wins), escapes,
+    CR LF and a number no float holds: the COPY path gives what the statement
+    path gives, ids and rows alike, and only the chunk that met the held key
+    takes a statement."""
+    results = []
+    for copy in (True, False):
+        conn.execute("DELETE FROM pepsi.workqueue")
+        held = enqueue(conn, "s", {"old": 1}, dedupe_key="held")
+        statements = _count_statements(monkeypatch)
+        if copy:
+            ids = enqueue_lines(conn, "s", _KEYED_LINES, chunk_size=3, key_field="id", priority=2)
+            assert statements == [1], "the chunk of lines 1-3 met the held key"
+        else:
+            with psycopg.connect(dsn) as in_tx:  # not autocommit: statements only
+                ids = enqueue_lines(
+                    in_tx, "s", _KEYED_LINES, chunk_size=3, key_field="id", priority=2
+                )
+            assert statements == [1, 4, 7]
+        assert ids[1] == held
+        order = sorted(set(ids) - {held})  # ids drawn by a refused COPY leave gaps
+        shape = [order.index(i) if i != held else "held" for i in ids]
+        results.append((shape, _keyed_lines_result(conn, ids)))
+    assert results[0] == results[1]
+    shape, rows = results[0]
+    assert len(ids) == 8 and shape[3] == shape[0], "line 5 ('a' again) answers with line 1's id"
+    assert rows[5][1] == "c" and rows[7][1] == "c" and shape[7] == shape[5]
+    assert "1.000000000000000000001" in rows[4][0] and rows[4][1] is None
+    assert rows[6][1] == 'é"\u2028'
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"n": 9, "id": 5}',
+        '{"n": 9, "id": {"a": 1}}',
+        '{"n": 9, "id": "   "}',
+        "[1, 2]",
+        '{"n": NaN}',
+    ],
+)
+def test_keyed_lines_python_cannot_read_exactly_go_through_statements(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """A key that is not a string (the database's text of it decides), one of
+    whitespace, a line that is not an object or not JSON to the database:
+    that chunk takes pepsi.enqueue_lines, which keys it or names the line;
+    the other chunks still COPY."""
+    statements = _count_statements(monkeypatch)
+    lines = ['{"n": 0, "id": "x"}', '{"n": 1}', bad, '{"n": 3, "id": "y"}']
+    try:
+        ids = enqueue_lines(conn, "s", lines, chunk_size=2, key_field="id")
+    except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
+        assert "line 3" in str(exc)
+        assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+        assert statements == [3]
+        return
+    assert statements == [3]
+    keys = [r[1] for r in _keyed_lines_result(conn, ids)]
+    assert keys[0] == "x" and keys[1] is None and keys[3] == "y"
+    assert keys[2] == conn.execute("SELECT (%s::jsonb) ->> 'id'", (bad,)).fetchone()[0]
+
+
+def test_a_bad_line_after_copied_chunks_leaves_nothing(conn: psycopg.Connection) -> None:
+    lines = [f'{{"n": {i}, "id": "k{i}"}}' for i in range(10)]
+    lines[7] = '{"n": 7, "id": "k7"'
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation, match="line 8"):
+        enqueue_lines(conn, "s", lines, chunk_size=3, key_field="id")
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+
+
+def test_keyed_lines_by_a_producer_login_copy(
+    conn: psycopg.Connection, login: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_statement_path(monkeypatch)
+    lines = [f'{{"n": {i}, "id": "p{i // 3}"}}' for i in range(40)]  # repeats within a chunk
+    with psycopg.connect(login("GRANT pepsi_ingress TO {role}"), autocommit=True) as producer:
+        ids = enqueue_lines(producer, "s", lines, chunk_size=9, key_field="id")
+    assert len(set(ids)) == 14 and ids == sorted(ids)
+    assert all(ids[i] == ids[i - i % 3] for i in range(40))
+    rows = _keyed_lines_result(conn, ids[::3])
+    assert [r[1] for r in rows] == [f"p{i}" for i in range(14)]
