@@ -26,8 +26,10 @@ answers with the first's id); a chunk with a held key is refused whole, and
 the call's later chunks ask ``pepsi.key_holders()`` first. So do
 ``enqueue_lines``' keys from ``key_field`` when Python reads them exactly as
 the database would (each chunk's lines parsed in one ``json.loads``; every
-key absent, null or a string; the lines themselves copied as read), each
-chunk under a savepoint of the call's one transaction. Otherwise, or when
+key absent, null or a string; the lines themselves copied as read, and the
+ones a repeated or held key leaves out parsed by the database all the
+same); a chunk with a held key rolls the call back, which is copied again
+with its keys looked up first. Otherwise, or when
 the COPY is refused (a bad line, a held key, no privilege, an older schema),
 as one ``text[]`` of JSON texts through ``pepsi.enqueue_lines``, which
 parses, checks and inserts them in one set-based statement, answers held
@@ -115,6 +117,14 @@ _NOT_COPYABLE = ("\x00", "\x01", "\x02", "\r")
 #: blank is not ``{``. (One that is, and parses, is an object: the server
 #: parses every line; the table's trigger checks only other roles' rows.)
 _NOT_AN_OBJECT = re.compile("^[ \t]*[^{ \t]", re.MULTILINE)
+#: A lone surrogate, which no UTF-8 text (and no jsonb string) can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The lines a keyed COPY skips (a repeated key, a held key), parsed by the
+#: database all the same: true when every one is a JSON object (a line that is
+#: not JSON raises 22P02).
+_ALL_OBJECTS_SQL = (
+    "SELECT bool_and(jsonb_typeof(t.l::jsonb) = 'object') FROM unnest(%s::text[]) AS t(l)"
+)
 #: A stage name as the table's CHECK takes it (anything else: enqueue_lines says why).
 _STAGE_NAME = re.compile("[A-Za-z0-9_.-]+")
 #: Lines per write into the COPY: the server parses one while the next is built.
@@ -429,13 +439,7 @@ def _copy_keyed(
         if p is not None and not isinstance(p, dict):
             raise _not_an_object(f"payload {i}", p)
     mark = _copy_mark(conn, stage)
-    held: dict[str, int] = {}
-    wanted = list({k for k in keys if k is not None}) if look_up else []
-    if wanted:
-        cur = conn.execute(
-            "SELECT dedupe_key, workqueue_id FROM pepsi.key_holders(%s::text[])", (wanted,)
-        )
-        held = {k: int(i) for k, i in cur.fetchall()}
+    held = _key_holders(conn, keys) if look_up else {}
     inserted: list[int] = []  # the lines COPY inserts, in order
     inserter: dict[str, int] = {}  # key -> the line that inserts it
     for i, k in enumerate(keys):
@@ -444,6 +448,8 @@ def _copy_keyed(
         elif k not in held and k not in inserter:
             inserter[k] = i
             inserted.append(i)
+    if texts is not None and len(inserted) < len(texts):
+        _check_skipped(conn, texts, inserted)
     prefix = f"{stage}\x02{int(priority)}\x02"
     with conn.cursor().copy(_COPY_KEYED_SQL) as cp:
         for start in range(0, len(inserted), _COPY_BATCH):  # built while the server parses
@@ -462,6 +468,28 @@ def _copy_keyed(
         line_id[i] if k is None else held[k] if k in held else line_id[inserter[k]]
         for i, k in enumerate(keys)
     ]
+
+
+def _key_holders(conn: psycopg.Connection, keys: Sequence[str | None]) -> dict[str, int]:
+    """Which of ``keys`` live messages hold: key -> the holder's id."""
+    wanted = list({k for k in keys if k is not None})
+    if not wanted:
+        return {}
+    cur = conn.execute(
+        "SELECT dedupe_key, workqueue_id FROM pepsi.key_holders(%s::text[])", (wanted,)
+    )
+    return {k: int(i) for k, i in cur.fetchall()}
+
+
+def _check_skipped(conn: psycopg.Connection, texts: Sequence[str], inserted: list[int]) -> None:
+    """Have the database parse the lines a keyed COPY leaves out (as
+    pepsi.enqueue_lines parses every line): raises _CopyRefused, or 22P02,
+    when one is not a JSON object."""
+    copied = set(inserted)
+    skipped = [t for i, t in enumerate(texts) if i not in copied]
+    row = conn.execute(_ALL_OBJECTS_SQL, (skipped,)).fetchone()
+    if not (row and row[0]):
+        raise _CopyRefused("a line the COPY leaves out is not a JSON object")
 
 
 class AmbiguousIdsError(RuntimeError):
@@ -650,7 +678,9 @@ def _enqueue_lines(
                     _send(conn, stage, texts, when, priority, None, None, start + 1)
                     raise psycopg.Rollback from None
     if key_field is not None and when is None and _copy_possible(conn):
-        return _copy_keyed_lines(conn, stage, lines, chunk_size, priority, key_field, report)
+        got = _copy_keyed_lines(conn, stage, lines, chunk_size, priority, key_field, report)
+        if got is not None:
+            return got
     ids: list[int] = []
     with conn.transaction():
         for start in range(0, len(lines), chunk_size):
@@ -678,6 +708,8 @@ def _field_keys(texts: list[str], key_field: str) -> tuple[list[Any], list[str |
         key = doc.get(key_field)
         if key is not None and type(key) is not str:
             return None  # a number, an object: the database's text of it decides
+        if key is not None and not key.isascii() and _SURROGATE.search(key):
+            return None  # from a \uD800 escape, which the database refuses
         keys.append(key)
     return docs, keys
 
@@ -704,36 +736,57 @@ def _copy_keyed_lines(
     priority: int,
     key_field: str,
     report: _Progress,
+) -> list[int] | None:
+    """enqueue_lines with ``key_field`` by the keyed COPY, the keys read in
+    Python; None when the COPY was refused (rolled back: the call then goes
+    through statements, which answer held keys and name a bad line).
+
+    Optimistic first: a key that a live message or an earlier chunk of the
+    call holds makes the COPY refuse (23505), and the call is copied again
+    with each chunk's keys looked up first. The COPY runs in the call's own
+    transaction, never under a savepoint: its ids are read off the rows that
+    transaction wrote."""
+    look_up = False
+    while True:
+        try:
+            return _copy_keyed_chunks(
+                conn, stage, lines, chunk_size, priority, key_field, look_up, report
+            )
+        except (_CopyRefused, *_KEYED_COPY_REFUSALS) as exc:
+            _refused(conn, exc, keyed=True)  # rolled back
+            if look_up or not isinstance(exc, psycopg.errors.UniqueViolation):
+                return None
+            look_up = True
+
+
+def _copy_keyed_chunks(
+    conn: psycopg.Connection,
+    stage: str,
+    lines: Sequence[str],
+    chunk_size: int,
+    priority: int,
+    key_field: str,
+    look_up: bool,
+    report: _Progress,
 ) -> list[int]:
-    """enqueue_lines with ``key_field``, all chunks in one transaction: each
-    chunk by the keyed COPY (its keys read in Python; under a savepoint, so
-    that a refused COPY undoes only itself), or by pepsi.enqueue_lines when
-    Python cannot read its keys exactly or the COPY is refused (a held key:
-    the later chunks look their keys up first; a bad line, named there)."""
+    """One attempt of :func:`_copy_keyed_lines`, all chunks in one transaction:
+    each by the keyed COPY, or by pepsi.enqueue_lines when Python cannot read
+    its keys exactly as the database would."""
     ids: list[int] = []
-    look_up = ambiguous = False
+    ambiguous = False
     with conn.transaction() as tx:
         for start in range(0, len(lines), chunk_size):
             chunk = lines[start : start + chunk_size]
             texts = _without_blanks(chunk)
             parsed = _field_keys(texts, key_field) if texts else None
             raw = _copyable_texts(texts) if parsed is not None else None
-            got = None
-            if parsed is not None and raw is not None and _keys_copyable(conn, parsed[1]):
-                try:
-                    with conn.transaction():
-                        got = _copy_keyed(
-                            conn, stage, parsed[0], parsed[1], start + 1, priority, look_up, raw
-                        )
-                except (_CopyRefused, *_KEYED_COPY_REFUSALS) as exc:
-                    _refused(conn, exc, keyed=True)
-                    look_up |= isinstance(exc, psycopg.errors.UniqueViolation)
-                    got = None
-                else:
-                    ambiguous |= got is None
-                    got = got or []
-            if got is None:
+            if parsed is None or raw is None or not _keys_copyable(conn, parsed[1]):
                 got = _send(conn, stage, list(chunk), None, priority, None, key_field, start + 1)
+            else:
+                docs, keys = parsed
+                copied = _copy_keyed(conn, stage, docs, keys, start + 1, priority, look_up, raw)
+                ambiguous |= copied is None
+                got = copied or []
             ids.extend(got)
             report(len(ids))
     _committed(tx)

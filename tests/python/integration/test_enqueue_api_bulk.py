@@ -508,8 +508,8 @@ def test_keyed_lines_copy_as_the_statement_path_enqueues_them(
     """Blank lines, a key repeated within and across chunks, a key a live
     message holds, no key, null, a repeated member (the last wins), escapes,
     CR LF and a number no float holds: the COPY path gives what the statement
-    path gives, ids and rows alike, and only the chunk that met the held key
-    takes a statement."""
+    path gives, ids and rows alike. The held key makes the first COPY refuse;
+    the call is then copied again with its keys looked up, with no statement."""
     results = []
     for copy in (True, False):
         conn.execute("DELETE FROM pepsi.workqueue")
@@ -517,7 +517,8 @@ def test_keyed_lines_copy_as_the_statement_path_enqueues_them(
         statements = _count_statements(monkeypatch)
         if copy:
             ids = enqueue_lines(conn, "s", _KEYED_LINES, chunk_size=3, key_field="id", priority=2)
-            assert statements == [1], "the chunk of lines 1-3 met the held key"
+            # lines 1-3 met the held key: copied again, every chunk's keys looked up first
+            assert statements == []
         else:
             with psycopg.connect(dsn) as in_tx:  # not autocommit: statements only
                 ids = enqueue_lines(
@@ -549,10 +550,11 @@ def test_keyed_lines_copy_as_the_statement_path_enqueues_them(
 def test_keyed_lines_python_cannot_read_exactly_go_through_statements(
     conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, bad: str
 ) -> None:
-    """A key that is not a string (the database's text of it decides), one of
-    whitespace, a line that is not an object or not JSON to the database:
-    that chunk takes pepsi.enqueue_lines, which keys it or names the line;
-    the other chunks still COPY."""
+    """A key that is not a string (the database's text of it decides): that
+    chunk takes pepsi.enqueue_lines, which keys it, and the other chunks still
+    COPY. A key of whitespace, a line that is not an object or not JSON to the
+    database: the call is rolled back and goes through pepsi.enqueue_lines,
+    which names the line."""
     statements = _count_statements(monkeypatch)
     lines = ['{"n": 0, "id": "x"}', '{"n": 1}', bad, '{"n": 3, "id": "y"}']
     try:
@@ -560,7 +562,7 @@ def test_keyed_lines_python_cannot_read_exactly_go_through_statements(
     except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
         assert "line 3" in str(exc)
         assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
-        assert statements == [3]
+        assert statements[-2:] == [1, 3], "the whole call, through statements"
         return
     assert statements == [3]
     keys = [r[1] for r in _keyed_lines_result(conn, ids)]
@@ -587,3 +589,55 @@ def test_keyed_lines_by_a_producer_login_copy(
     assert all(ids[i] == ids[i - i % 3] for i in range(40))
     rows = _keyed_lines_result(conn, ids[::3])
     assert [r[1] for r in rows] == [f"p{i}" for i in range(14)]
+
+
+def test_keyed_lines_get_their_ids_while_another_producer_draws_ids(
+    conn: psycopg.Connection, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another producer inserting while the COPY runs draws ids in between: the
+    COPY's ids are still told from its rows (the COPY runs in the call's own
+    transaction, not under a savepoint)."""
+    real_mark = enqueue_module._copy_mark
+    with psycopg.connect(dsn, autocommit=True) as other:
+
+        def mark_then_another_insert(c: psycopg.Connection, stage: str) -> int:
+            mark = real_mark(c, stage)
+            enqueue(other, "s2", {"meanwhile": True})
+            return mark
+
+        monkeypatch.setattr(enqueue_module, "_copy_mark", mark_then_another_insert)
+        statements = _count_statements(monkeypatch)
+        lines = [f'{{"n": {i}, "id": "k{i // 2}"}}' for i in range(20)]
+        ids = enqueue_lines(conn, "s", lines, chunk_size=8, key_field="id")
+    assert statements == []
+    assert len(ids) == 20 and all(ids[i] == ids[i - i % 2] for i in range(20))
+    rows = _keyed_lines_result(conn, ids[::2])
+    assert [r[1] for r in rows] == [f"k{i}" for i in range(10)]
+
+
+@pytest.mark.parametrize(
+    ("lines", "line"),
+    [
+        (['{"k": "a"}', '{"k": "a", "x": NaN}'], 2),  # a repeated key: the line is not copied
+        (['{"k": "a"}', '{"k": "a", "x": "\\u0000"}'], 2),
+        (['{"k": "A"}', '{"k": "A", "s": "', '"}, {"k": "A"}'], 2),  # one object when joined
+        (['{"k": "\\ud800"}'], 1),  # a key Python reads, UTF-8 cannot hold
+        (['{"k": "b"}', '{"k": "c", "x": 1e999999}'], None),  # Python reads it, jsonb not
+    ],
+)
+def test_keyed_lines_are_all_parsed_by_the_database(
+    conn: psycopg.Connection, lines: list[str], line: int | None
+) -> None:
+    """Lines a keyed COPY leaves out (a key repeated or held) are parsed by the
+    database all the same, as pepsi.enqueue_lines parses every line: one that
+    Python reads but the database does not is named (a number jsonb cannot
+    hold fails there as it does in pepsi.enqueue_lines, unnamed), and nothing
+    is in."""
+    if line is None:
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            enqueue_lines(conn, "s", lines, key_field="k")
+    else:
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation, match=f"line {line}"):
+            enqueue_lines(conn, "s", lines, key_field="k")
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
