@@ -69,7 +69,7 @@ import json
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -419,27 +419,25 @@ def _copy_keyed(
     keys: Sequence[str | None],
     first: int,
     priority: int,
-    look_up: bool,
+    held: Mapping[str, int],
     texts: Sequence[str] | None = None,
 ) -> list[int] | None:
     """COPY the payloads of ``chunk`` (or their ``texts`` as read, if given) with
     their ``keys`` in the caller's transaction; one id each, as enqueue_lines.
 
     Of the payloads that share a key, the first is inserted and the others
-    answer with its id. ``look_up``: first ask which keys live messages hold
-    (``pepsi.key_holders``; their payloads are not inserted and answer with
-    the holder's id); else the COPY assumes none is held (a bulk load of new
-    keys pays no look-up). A key that is held (or that a concurrent producer
-    takes after the look-up) makes the unique index refuse the COPY
-    (``UniqueViolation``): the caller then sends the chunk through
-    enqueue_lines, which answers it with the holder's id. None as
-    :func:`_copy`.
+    answer with its id. ``held``: keys known to be held (looked up with
+    :func:`_key_holders`, or taken by an earlier chunk) -> the holder's id;
+    their payloads are not inserted and answer with it. Any other key is
+    assumed free (a bulk load of new keys pays no look-up): one that is held
+    (or that a concurrent producer takes meanwhile) makes the unique index
+    refuse the COPY (``UniqueViolation``), and the caller takes another way
+    (enqueue_lines answers with the holder's id). None as :func:`_copy`.
     """
     for i, p in enumerate(chunk, first):  # every payload, inserted or not
         if p is not None and not isinstance(p, dict):
             raise _not_an_object(f"payload {i}", p)
     mark = _copy_mark(conn, stage)
-    held = _key_holders(conn, keys) if look_up else {}
     inserted: list[int] = []  # the lines COPY inserts, in order
     inserter: dict[str, int] = {}  # key -> the line that inserts it
     for i, k in enumerate(keys):
@@ -500,6 +498,14 @@ class AmbiguousIdsError(RuntimeError):
     each thread its own."""
 
 
+def _ambiguous_lines(known: int) -> AmbiguousIdsError:
+    return AmbiguousIdsError(
+        f"all lines were enqueued, {known} with known ids; the ids of the others cannot"
+        " be told from those of another thread's statement on this connection (give each"
+        " thread its own connection)"
+    )
+
+
 def _refused(conn: psycopg.Connection, exc: BaseException | None, keyed: bool = False) -> None:
     """Remember a connection whose role or schema cannot COPY (``keyed``: cannot
     COPY keys; it may still COPY without)."""
@@ -549,9 +555,8 @@ class _ChunkCopier:
                 if keys is None:
                     got = _copy(conn, self.stage, _dumped(chunk, first), self.priority)
                 else:
-                    got = _copy_keyed(
-                        conn, self.stage, chunk, keys, first, self.priority, self.look_up
-                    )
+                    held = _key_holders(conn, keys) if self.look_up else {}
+                    got = _copy_keyed(conn, self.stage, chunk, keys, first, self.priority, held)
             _committed(tx)
         except (_CopyRefused, *_KEYED_COPY_REFUSALS) as exc:
             _refused(conn, exc, keyed=keys is not None)  # rolled back
@@ -677,7 +682,7 @@ def _enqueue_lines(
                     texts = list(lines[start : start + chunk_size])
                     _send(conn, stage, texts, when, priority, None, None, start + 1)
                     raise psycopg.Rollback from None
-    if key_field is not None and when is None and _copy_possible(conn):
+    if type(key_field) is str and "\x00" not in key_field and when is None and _copy_possible(conn):
         got = _copy_keyed_lines(conn, stage, lines, chunk_size, priority, key_field, report)
         if got is not None:
             return got
@@ -774,6 +779,7 @@ def _copy_keyed_chunks(
     its keys exactly as the database would."""
     ids: list[int] = []
     ambiguous = False
+    taken: dict[str, int] = {}  # keys the call's earlier chunks inserted (or met held)
     with conn.transaction() as tx:
         for start in range(0, len(lines), chunk_size):
             chunk = lines[start : start + chunk_size]
@@ -784,18 +790,20 @@ def _copy_keyed_chunks(
                 got = _send(conn, stage, list(chunk), None, priority, None, key_field, start + 1)
             else:
                 docs, keys = parsed
-                copied = _copy_keyed(conn, stage, docs, keys, start + 1, priority, look_up, raw)
+                held = {k: taken[k] for k in keys if k in taken}
+                if look_up:
+                    held.update(_key_holders(conn, [k for k in keys if k not in taken]))
+                copied = _copy_keyed(conn, stage, docs, keys, start + 1, priority, held, raw)
                 ambiguous |= copied is None
                 got = copied or []
+                for k, i in zip(keys, got, strict=False):  # none when ambiguous
+                    if k is not None:
+                        taken.setdefault(k, i)
             ids.extend(got)
             report(len(ids))
     _committed(tx)
     if ambiguous:
-        raise AmbiguousIdsError(
-            f"all lines were enqueued, {len(ids)} with known ids; the ids of the others cannot"
-            " be told from those of another thread's statement on this connection (give each"
-            " thread its own connection)"
-        )
+        raise _ambiguous_lines(len(ids))
     return ids
 
 
@@ -805,11 +813,11 @@ class _Progress:
 
     def __init__(self, callback: Callable[[int], None] | None) -> None:
         self.callback = callback
-        self.shown = 0
+        self.shown = -1
 
     def __call__(self, done: int) -> None:
-        if self.callback is not None and (done > self.shown or done == 0):
-            self.shown = max(self.shown, done)
+        if self.callback is not None and done > self.shown:
+            self.shown = done
             self.callback(done)
 
 
@@ -844,9 +852,5 @@ def _copy_lines(
             report(len(ids))
     _committed(tx)
     if ambiguous:
-        raise AmbiguousIdsError(
-            f"all lines were enqueued, {len(ids)} with known ids; the ids of the others cannot"
-            " be told from those of another thread's statement on this connection (give each"
-            " thread its own connection)"
-        )
+        raise _ambiguous_lines(len(ids))
     return ids

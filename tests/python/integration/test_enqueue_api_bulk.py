@@ -641,3 +641,42 @@ def test_keyed_lines_are_all_parsed_by_the_database(
             enqueue_lines(conn, "s", lines, key_field="k")
     assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_key_repeated_across_chunks_is_answered_without_a_look_up(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key an earlier chunk of the call inserted is answered with that
+    line's id from what the call knows: the COPY is not refused, not redone,
+    and nothing is looked up."""
+    _no_statement_path(monkeypatch)
+
+    def no_look_up(*args: object) -> dict[str, int]:
+        raise AssertionError("looked keys up: the call was copied again")
+
+    monkeypatch.setattr(enqueue_module, "_key_holders", no_look_up)
+    lines = [f'{{"n": {i}, "id": "p{i % 7}"}}' for i in range(40)]
+    ids = enqueue_lines(conn, "s", lines, chunk_size=9, key_field="id")
+    assert len(set(ids)) == 7 and all(ids[i] == ids[i % 7] for i in range(40))
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (7,)
+
+
+def test_progress_never_goes_back_when_the_call_is_copied_again(
+    conn: psycopg.Connection,
+) -> None:
+    enqueue(conn, "s", {"old": 1}, dedupe_key="z")
+    seen: list[int] = []
+    lines = ["", "", '{"k": "a"}', '{"k": "b"}', '{"k": "c"}', '{"k": "z"}']
+    ids = enqueue_lines(conn, "s", lines, chunk_size=2, key_field="k", progress=seen.append)
+    assert len(ids) == 4
+    assert seen == sorted(set(seen)) and seen[0] == 0 and seen[-1] == 4, seen
+
+
+@pytest.mark.parametrize("key_field", ["a\x00", 1])
+def test_a_key_field_the_database_cannot_take_fails_as_on_statements(
+    conn: psycopg.Connection, key_field: object
+) -> None:
+    """Not copied without keys: the statement path refuses it, nothing is in."""
+    with pytest.raises(psycopg.Error):
+        enqueue_lines(conn, "s", ['{"a": "x"}', '{"a": "x"}'], key_field=key_field)  # type: ignore[arg-type]
+    assert conn.execute("SELECT count(*) FROM pepsi.workqueue").fetchone() == (0,)
