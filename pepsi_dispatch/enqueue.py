@@ -746,9 +746,10 @@ def _copy_keyed_lines(
     Python; None when the COPY was refused (rolled back: the call then goes
     through statements, which answer held keys and name a bad line).
 
-    Optimistic first: a key that a live message or an earlier chunk of the
-    call holds makes the COPY refuse (23505), and the call is copied again
-    with each chunk's keys looked up first. The COPY runs in the call's own
+    Optimistic first: a key an earlier chunk of the call took is answered
+    from what the call knows, but one a live message holds makes the COPY
+    refuse (23505), and the call is copied again with each chunk's keys
+    looked up first. The COPY runs in the call's own
     transaction, never under a savepoint: its ids are read off the rows that
     transaction wrote."""
     look_up = False
