@@ -695,13 +695,25 @@ def _enqueue_lines(
     return ids
 
 
-def _field_keys(texts: list[str], key_field: str) -> tuple[list[Any], list[str | None]] | None:
-    """The JSON objects of ``texts`` (no blank one) and each one's ``key_field``,
-    when Python tells them exactly as the database's ``->>`` would: every text
+def _field_keys(
+    texts: list[str], key_field: str
+) -> tuple[list[Any], list[str | None], list[str]] | None:
+    """The JSON objects of ``texts`` (no blank one), each one's ``key_field``,
+    and the texts as they go raw into the COPY (a CR of CR LF dropped), when
+    Python tells the keys exactly as the database's ``->>`` would and the texts
+    can travel raw: no line break or character 0x00-0x02 in them, every text
     parses (all in one call: at C speed), is an object, and has no key or
     null, or a string. None otherwise (the database parses and names)."""
+    joined = ",".join(texts)  # one pass for the checks and the parse
+    if "\n" in joined:
+        return None
+    if "\r" in joined:
+        texts = [t.removesuffix("\r") for t in texts]
+        joined = ",".join(texts)
+    if any(c in joined for c in _NOT_COPYABLE):
+        return None
     try:
-        docs = json.loads("[" + ",".join(texts) + "]")
+        docs = json.loads("[" + joined + "]")
     except (ValueError, RecursionError):
         return None
     if len(docs) != len(texts):
@@ -716,21 +728,7 @@ def _field_keys(texts: list[str], key_field: str) -> tuple[list[Any], list[str |
         if key is not None and not key.isascii() and _SURROGATE.search(key):
             return None  # from a \uD800 escape, which the database refuses
         keys.append(key)
-    return docs, keys
-
-
-def _copyable_texts(texts: list[str]) -> list[str] | None:
-    """``texts`` as they go raw into the COPY (a CR of CR LF dropped), or None
-    when one holds a line break or a character 0x00-0x02."""
-    body = "\n".join(texts)
-    if body.count("\n") != len(texts) - 1:
-        return None
-    if "\r" in body:
-        texts = [t.removesuffix("\r") for t in texts]
-        body = "\n".join(texts)
-    if any(c in body for c in _NOT_COPYABLE):
-        return None
-    return texts
+    return docs, keys, texts
 
 
 def _copy_keyed_lines(
@@ -786,11 +784,10 @@ def _copy_keyed_chunks(
             chunk = lines[start : start + chunk_size]
             texts = _without_blanks(chunk)
             parsed = _field_keys(texts, key_field) if texts else None
-            raw = _copyable_texts(texts) if parsed is not None else None
-            if parsed is None or raw is None or not _keys_copyable(conn, parsed[1]):
+            if parsed is None or not _keys_copyable(conn, parsed[1]):
                 got = _send(conn, stage, list(chunk), None, priority, None, key_field, start + 1)
             else:
-                docs, keys = parsed
+                docs, keys, raw = parsed
                 held = {k: taken[k] for k in keys if k in taken}
                 if look_up:
                     held.update(_key_holders(conn, [k for k in keys if k not in taken]))
