@@ -952,6 +952,7 @@ DECLARE
     careful boolean := false;
     bad record;
     err text;
+    code text;
 BEGIN
     PERFORM pepsi._check_stage(enqueue_lines.stage);
     IF NOT isfinite(enqueue_lines.not_before) THEN
@@ -1012,18 +1013,26 @@ BEGIN
                                WITH ORDINALITY AS u(l, k, n)
                          WHERE u.l ~ '\S'
                         OFFSET 0) AS p) AS q;
-    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
-        -- A line is not JSON.  Find the first one and name it (only on this
-        -- path: one subtransaction per line up to it).
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character
+                   OR character_not_in_repertoire OR numeric_value_out_of_range
+                   OR program_limit_exceeded OR statement_too_complex THEN
+        -- A line jsonb does not take.  Find the first one and name it, with
+        -- its own SQLSTATE (only on this path: one subtransaction per line up
+        -- to it).
         FOR bad IN SELECT u.l, u.n FROM unnest(enqueue_lines.lines) WITH ORDINALITY AS u(l, n)
                     WHERE u.l ~ '\S' ORDER BY u.n LOOP
             BEGIN
                 PERFORM bad.l::jsonb;
             EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS err = PG_EXCEPTION_DETAIL;
-                RAISE EXCEPTION 'line % is not JSON: %', base + bad.n,
-                                coalesce(nullif(err, ''), SQLERRM)
-                    USING ERRCODE = '22P02',
+                GET STACKED DIAGNOSTICS err = PG_EXCEPTION_DETAIL, code = RETURNED_SQLSTATE;
+                RAISE EXCEPTION '%', format(
+                        CASE code WHEN '22003' THEN 'line %s holds a number jsonb cannot store: %s'
+                                  WHEN '54000' THEN 'line %s is too large for jsonb: %s'
+                                  WHEN '54001' THEN 'line %s is nested too deeply for jsonb: %s'
+                                  ELSE 'line %s is not JSON: %s' END,
+                        base + bad.n, coalesce(nullif(err, ''), SQLERRM))
+                    USING ERRCODE = CASE WHEN code IN ('22003', '54000', '54001') THEN code
+                                         ELSE '22P02' END,
                           DETAIL = format('line %s: %s', base + bad.n, left(bad.l, 80)),
                           HINT = 'each line must be one JSON object, e.g. {"n": 1};'
                                  ' nothing of this call was enqueued';

@@ -159,11 +159,22 @@ def _enqueue_stdin(
             key_field=key_field,
             progress=report,
         )
-    except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.InvalidParameterValue) as exc:
+    except _LINE_ERRORS as exc:
         if "line " not in (exc.diag.message_primary or ""):
             raise
         raise _line_error(exc) from None
     return ids, report
+
+
+#: What pepsi.enqueue_lines raises for a line it names: not JSON, a number or
+#: a nesting jsonb cannot hold, too large, not an object, a bad key.
+_LINE_ERRORS = (
+    psycopg.errors.InvalidTextRepresentation,
+    psycopg.errors.InvalidParameterValue,
+    psycopg.errors.NumericValueOutOfRange,
+    psycopg.errors.ProgramLimitExceeded,
+    psycopg.errors.StatementTooComplex,
+)
 
 
 def _payloads(payloads: tuple[str, ...]) -> list[Any]:

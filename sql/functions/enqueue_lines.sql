@@ -18,10 +18,11 @@
 --   an element whose key an earlier element took returns that element's id;
 --   concurrent callers with one key get one id.
 --   All or nothing per call: a line that is not JSON raises 22P02, a line
---   that is not a JSON object 22023, a bad key 22023 -- each naming the
---   FIRST such line by number with a hint how to fix it -- and nothing of
---   the call is inserted (the caller's transaction decides about earlier
---   calls).  22023 also for a NULL or malformed stage, dedupe_keys not
+--   with a number jsonb cannot hold (1e999999) 22003, a line too large or
+--   too deeply nested for jsonb 54000 or 54001, a line that is not a JSON
+--   object 22023, a bad key 22023 -- each naming the FIRST such line by
+--   number with a hint how to fix it -- and nothing of the call is
+--   inserted (the caller's transaction decides about earlier calls).  22023 also for a NULL or malformed stage, dedupe_keys not
 --   aligned with lines, both dedupe_keys and key_field; 22008 for a
 --   non-finite not_before.
 --   Cost: one INSERT of all rows without keys (one NOTIFY 'workqueue' by the
@@ -71,6 +72,7 @@ DECLARE
     careful boolean := false;
     bad record;
     err text;
+    code text;
 BEGIN
     PERFORM pepsi._check_stage(enqueue_lines.stage);
     IF NOT isfinite(enqueue_lines.not_before) THEN
@@ -131,18 +133,26 @@ BEGIN
                                WITH ORDINALITY AS u(l, k, n)
                          WHERE u.l ~ '\S'
                         OFFSET 0) AS p) AS q;
-    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
-        -- A line is not JSON.  Find the first one and name it (only on this
-        -- path: one subtransaction per line up to it).
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character
+                   OR character_not_in_repertoire OR numeric_value_out_of_range
+                   OR program_limit_exceeded OR statement_too_complex THEN
+        -- A line jsonb does not take.  Find the first one and name it, with
+        -- its own SQLSTATE (only on this path: one subtransaction per line up
+        -- to it).
         FOR bad IN SELECT u.l, u.n FROM unnest(enqueue_lines.lines) WITH ORDINALITY AS u(l, n)
                     WHERE u.l ~ '\S' ORDER BY u.n LOOP
             BEGIN
                 PERFORM bad.l::jsonb;
             EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS err = PG_EXCEPTION_DETAIL;
-                RAISE EXCEPTION 'line % is not JSON: %', base + bad.n,
-                                coalesce(nullif(err, ''), SQLERRM)
-                    USING ERRCODE = '22P02',
+                GET STACKED DIAGNOSTICS err = PG_EXCEPTION_DETAIL, code = RETURNED_SQLSTATE;
+                RAISE EXCEPTION '%', format(
+                        CASE code WHEN '22003' THEN 'line %s holds a number jsonb cannot store: %s'
+                                  WHEN '54000' THEN 'line %s is too large for jsonb: %s'
+                                  WHEN '54001' THEN 'line %s is nested too deeply for jsonb: %s'
+                                  ELSE 'line %s is not JSON: %s' END,
+                        base + bad.n, coalesce(nullif(err, ''), SQLERRM))
+                    USING ERRCODE = CASE WHEN code IN ('22003', '54000', '54001') THEN code
+                                         ELSE '22P02' END,
                           DETAIL = format('line %s: %s', base + bad.n, left(bad.l, 80)),
                           HINT = 'each line must be one JSON object, e.g. {"n": 1};'
                                  ' nothing of this call was enqueued';

@@ -1,6 +1,6 @@
 -- pepsi.enqueue_lines: JSON lines parsed, checked and inserted by one call.
 BEGIN;
-SELECT plan(20);
+SELECT plan(24);
 
 CREATE TEMP TABLE got AS
 SELECT id, row_number() OVER () AS n
@@ -20,6 +20,20 @@ SELECT throws_ok($$SELECT * FROM pepsi.enqueue_lines('lines', ARRAY['{}', '', '{
                                                      first_line => 101)$$,
                  '22P02', 'line 103 is not JSON: Token "oops" is invalid.',
                  'a line that is not JSON is named by its number');
+SELECT throws_ok($$SELECT * FROM pepsi.enqueue_lines('lines', ARRAY['{}', '{"n": 1e999999}', '{}'])$$,
+                 '22003', 'line 2 holds a number jsonb cannot store: value overflows numeric format',
+                 'a line with a number jsonb cannot hold is named by its number');
+SELECT throws_ok($$SELECT * FROM pepsi.enqueue_lines('lines', ARRAY['{"k": "a"}', '{"n": -1e999999}'],
+                                                     key_field => 'k', first_line => 7)$$,
+                 '22003', 'line 8 holds a number jsonb cannot store: value overflows numeric format',
+                 'also with keys');
+SELECT throws_ok(format($$SELECT * FROM pepsi.enqueue_lines('lines', ARRAY['{}', %L])$$,
+                        '{"deep": ' || repeat('[', 300000) || repeat(']', 300000) || '}'),
+                 '54001', NULL, 'a line nested too deeply for jsonb is refused with its own SQLSTATE');
+SELECT throws_like(format($$SELECT * FROM pepsi.enqueue_lines('lines', ARRAY['{}', %L])$$,
+                          '{"deep": ' || repeat('[', 300000) || repeat(']', 300000) || '}'),
+                   'line 2 is nested too deeply for jsonb: %',
+                   'and named by its number');
 SELECT throws_ok($$SELECT * FROM pepsi.enqueue_lines('lines', ARRAY['{}', '{}', '[1, 2]'])$$,
                  '22023', 'line 3 must be a JSON object, not a JSON array',
                  'a line that is not an object is named by its number');

@@ -84,6 +84,16 @@ def test_a_line_that_is_not_json_is_named_with_what_is_wrong(
     assert count(conn) == 0
 
 
+def test_a_number_jsonb_cannot_hold_is_named(dsn: str, conn: psycopg.Connection) -> None:
+    """Python's json reads 1e999999 (as inf), jsonb refuses it: the COPY is
+    refused, and the statements that then run name the line."""
+    out = enqueue_args(dsn, '{"n": 1}\n\n{"n": 1e999999}\n{"n": 4}\n', "-q")
+    assert out.returncode == 2, out.stderr
+    assert "stdin line 3 holds a number jsonb cannot store" in out.stderr, out.stderr
+    assert "nothing of this call was enqueued" in out.stderr
+    assert count(conn) == 0
+
+
 def test_a_line_that_is_not_utf8_is_named(dsn: str, conn: psycopg.Connection) -> None:
     out = subprocess.run(
         [str(QUEUE), "enqueue", "bulk", "-", "--force", "-q"],

@@ -170,6 +170,11 @@ def test_a_sequence_that_caches_ahead_falls_back(conn: psycopg.Connection) -> No
         ('{"n": 1}\r{"n": 2}', psycopg.errors.InvalidTextRepresentation, "line 23 is not JSON"),
         ("[1]", psycopg.errors.InvalidParameterValue, "line 23 must be a JSON object"),
         ('{"n": oops}', psycopg.errors.InvalidTextRepresentation, "line 23 is not JSON"),
+        (
+            '{"n": 1e999999}',
+            psycopg.errors.NumericValueOutOfRange,
+            "line 23 holds a number jsonb cannot store",
+        ),
     ],
 )
 def test_a_line_the_copy_refuses_is_named_and_nothing_stays(
