@@ -295,6 +295,44 @@ def _unfinished(conn: psycopg.Connection, stages: list[str], first: int, last: i
     return bool(row.fetchone()[0])  # type: ignore[index]
 
 
+#: Seconds without one stage run finished after which a drain gives up (its
+#: workers cannot start, say), instead of waiting for the whole --timeout.
+STALL_AFTER = 60.0
+
+
+class Stall:
+    """Notices a drain that has stopped moving: no stage run counted in the
+    statistics (flushed every STATS_INTERVAL, 1 s here) for ``after`` seconds."""
+
+    def __init__(self, conn: psycopg.Connection, after: float) -> None:
+        self.conn = conn
+        self.after = after
+        self.runs = _dispatch_stats(conn)[0]
+        self.since = time.monotonic()
+
+    def check(self, logs: list[Path]) -> None:
+        """Raise SystemExit, with the end of each dispatcher log, once stalled."""
+        runs = _dispatch_stats(self.conn)[0]
+        now = time.monotonic()
+        if runs != self.runs:
+            self.runs, self.since = runs, now
+            return
+        if now - self.since < self.after:
+            return
+        tails = "\n".join(f"--- {log} (last lines):\n" + "\n".join(_tail(log, 15)) for log in logs)
+        raise SystemExit(
+            f"bench: no stage run finished in {self.after:.0f} s; the workers may not"
+            f" start (try the worker program by hand):\n{tails}"
+        )
+
+
+def _tail(log: Path, n: int) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()[-n:]
+    except OSError as exc:
+        return [f"(unreadable: {exc})"]
+
+
 def throughput(
     dsn: str,
     worker: str,
@@ -363,6 +401,7 @@ def throughput(
                 procs = [start(setup, env, one, level) for one in logs]
             first, last = ids[0], ids[-1]
             deadline = time.monotonic() + timeout
+            stall = Stall(conn, min(timeout, STALL_AFTER))
             while True:
                 time.sleep(0.2)
                 if not _unfinished(conn, stages, first, last):
@@ -378,6 +417,7 @@ def throughput(
                 for proc, one in zip(procs, logs, strict=True):
                     if proc.poll() is not None:
                         raise SystemExit(f"bench: dispatcher died ({proc.returncode}); log {one}")
+                stall.check(logs)
                 if time.monotonic() > deadline:
                     left = conn.execute(
                         "SELECT count(*) FROM pepsi.workqueue WHERE workqueue_id BETWEEN %s AND %s"
