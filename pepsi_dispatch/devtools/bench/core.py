@@ -302,18 +302,23 @@ STALL_AFTER = 60.0
 
 class Stall:
     """Notices a drain that has stopped moving: no stage run counted in the
-    statistics (flushed every STATS_INTERVAL, 1 s here) for ``after`` seconds."""
+    statistics (flushed every STATS_INTERVAL, 1 s here) for ``after`` seconds.
+    It reads them at most once a second (a poll must not cost the server much
+    of what it measures)."""
 
     def __init__(self, conn: psycopg.Connection, after: float) -> None:
         self.conn = conn
         self.after = after
         self.runs = _dispatch_stats(conn)[0]
-        self.since = time.monotonic()
+        self.since = self.looked = time.monotonic()
 
     def check(self, logs: list[Path]) -> None:
         """Raise SystemExit, with the end of each dispatcher log, once stalled."""
-        runs = _dispatch_stats(self.conn)[0]
         now = time.monotonic()
+        if now - self.looked < 1.0:
+            return
+        self.looked = now
+        runs = _dispatch_stats(self.conn)[0]
         if runs != self.runs:
             self.runs, self.since = runs, now
             return

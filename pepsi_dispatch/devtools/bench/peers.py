@@ -122,7 +122,7 @@ def ours(
                 (own0, cpu0), t0, c0, ids = backlog_arrives(
                     conn, proc, "pepsi-dispatch", enqueue, costs
                 )
-            _wait_drained(conn, proc, stages[0], timeout)
+            _wait_drained(conn, proc, stages[0], timeout, Path(tmp) / "dispatcher.log")
             t1, bad = conn.execute(
                 "SELECT max(updated_at), count(*) FILTER (WHERE status <> 'done')"
                 " FROM pepsi.workqueue WHERE workqueue_id BETWEEN %s AND %s",
@@ -190,9 +190,13 @@ def _wait_warm(
         time.sleep(0.05)
 
 
-def _wait_drained(conn: psycopg.Connection, proc: Any, stage: str, timeout: float) -> None:
-    """Poll until no row of ``stage`` is pending or running."""
+def _wait_drained(
+    conn: psycopg.Connection, proc: Any, stage: str, timeout: float, log: Path
+) -> None:
+    """Poll until no row of ``stage`` is pending or running (giving up, with the
+    end of the dispatcher's ``log``, once nothing moves: :class:`~.core.Stall`)."""
     deadline = time.monotonic() + timeout
+    stall = bench.Stall(conn, min(timeout, bench.STALL_AFTER))
     # (Partial-index lookups only: a poll must not cost the server what it measures.)
     while conn.execute(
         "SELECT EXISTS (SELECT 1 FROM pepsi.workqueue WHERE stage = %s"
@@ -202,6 +206,7 @@ def _wait_drained(conn: psycopg.Connection, proc: Any, stage: str, timeout: floa
     ).fetchone()[0]:  # type: ignore[index]
         if proc.poll() is not None:
             raise SystemExit(f"bench: dispatcher died ({proc.returncode})")
+        stall.check([log])
         if time.monotonic() > deadline:
             raise SystemExit(f"bench: not drained after {timeout} s")
         time.sleep(0.05)
