@@ -129,14 +129,20 @@ _ALL_OBJECTS_SQL = (
 _STAGE_NAME = re.compile("[A-Za-z0-9_.-]+")
 #: Lines per write into the COPY: the server parses one while the next is built.
 _COPY_BATCH = 1_000
+#: What a line the COPY's jsonb parse refuses raises besides a DataError: one
+#: too large (54000) or nested too deeply (54001) for jsonb.
+_LINE_TOO_BIG = (psycopg.errors.ProgramLimitExceeded, psycopg.errors.StatementTooComplex)
 #: Errors after which a chunk goes through pepsi.enqueue_lines instead: a bad
 #: line (that function names it), no INSERT privilege, a schema before 0041.
 _COPY_REFUSALS = (
     psycopg.errors.DataError,
     psycopg.errors.IntegrityError,
+    *_LINE_TOO_BIG,
     psycopg.errors.InsufficientPrivilege,
     psycopg.errors.UndefinedFunction,
 )
+#: The refusals that come from a line (pepsi.enqueue_lines names it).
+_BY_LINE = (psycopg.errors.DataError, psycopg.errors.IntegrityError, *_LINE_TOO_BIG)
 #: Errors after which a keyed chunk goes through pepsi.enqueue_lines instead:
 #: those, and a deadlock with a producer inserting the same keys in another
 #: order. (A key a concurrent producer took after the look-up is 23505, an
@@ -841,7 +847,7 @@ def _copy_lines(
             try:
                 got = _copy(conn, stage, batches, priority)
             except _COPY_REFUSALS as exc:
-                by_line = isinstance(exc, psycopg.errors.DataError | psycopg.errors.IntegrityError)
+                by_line = isinstance(exc, _BY_LINE)
                 raise _CopyRefused(str(exc), chunk_start=start if by_line else None) from exc
             if got is None:
                 ambiguous = True

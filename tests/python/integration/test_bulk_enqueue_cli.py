@@ -94,6 +94,16 @@ def test_a_number_jsonb_cannot_hold_is_named(dsn: str, conn: psycopg.Connection)
     assert count(conn) == 0
 
 
+def test_a_line_nested_too_deeply_for_jsonb_is_named(dsn: str, conn: psycopg.Connection) -> None:
+    """The COPY's parse raises 54001 (not a DataError): the statements that then
+    run name the line, counted on stdin (a blank line before it included)."""
+    deep = '{"deep": ' + "[" * 300_000 + "]" * 300_000 + "}"
+    out = enqueue_args(dsn, '{"n": 1}\n\n' + deep + "\n", "-q")
+    assert out.returncode == 2, out.stderr
+    assert "stdin line 3 is nested too deeply for jsonb" in out.stderr, out.stderr[:500]
+    assert count(conn) == 0
+
+
 def test_a_line_that_is_not_utf8_is_named(dsn: str, conn: psycopg.Connection) -> None:
     out = subprocess.run(
         [str(QUEUE), "enqueue", "bulk", "-", "--force", "-q"],

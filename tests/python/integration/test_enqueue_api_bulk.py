@@ -175,6 +175,11 @@ def test_a_sequence_that_caches_ahead_falls_back(conn: psycopg.Connection) -> No
             psycopg.errors.NumericValueOutOfRange,
             "line 23 holds a number jsonb cannot store",
         ),
+        (
+            '{"deep": ' + "[" * 300_000 + "]" * 300_000 + "}",
+            psycopg.errors.StatementTooComplex,
+            "line 23 is nested too deeply for jsonb",
+        ),
     ],
 )
 def test_a_line_the_copy_refuses_is_named_and_nothing_stays(
