@@ -2306,6 +2306,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pepsi.replicas_away(dispatcher_id bigint, orphan_timeout interval) RETURNS bigint[]
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT coalesce(array_agg(d.dispatcher_id ORDER BY d.dispatcher_id), '{}')
+      FROM pepsi.dispatchers AS d
+     WHERE d.dispatcher_id IS DISTINCT FROM replicas_away.dispatcher_id
+       AND d.heartbeat_at >= now() - coalesce(replicas_away.orphan_timeout, interval '0')
+       AND d.heartbeat_at <= greatest(pg_postmaster_start_time(),
+                                      (SELECT b.stats_reset FROM pg_stat_bgwriter AS b),
+                                      pg_last_xact_replay_timestamp())
+       AND NOT pepsi._dispatcher_live(d.dispatcher_id)
+$$;
+
 CREATE FUNCTION pepsi.requeue_due(stages text[], max_retries integer[], default_max_retries integer, expiry interval) RETURNS TABLE(requeued integer, exhausted integer, expired integer, next_due timestamp with time zone, exhausted_stages text[], exhausted_counts integer[], expired_stages text[], expired_counts integer[])
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
@@ -3213,6 +3227,9 @@ GRANT ALL ON FUNCTION pepsi.registered_stages() TO pepsi_operator;
 
 REVOKE ALL ON FUNCTION pepsi.release(dispatcher_id bigint, ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.release(dispatcher_id bigint, ids bigint[]) TO pepsi_dispatcher;
+
+REVOKE ALL ON FUNCTION pepsi.replicas_away(dispatcher_id bigint, orphan_timeout interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pepsi.replicas_away(dispatcher_id bigint, orphan_timeout interval) TO pepsi_dispatcher;
 
 REVOKE ALL ON FUNCTION pepsi.requeue_due(stages text[], max_retries integer[], default_max_retries integer, expiry interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pepsi.requeue_due(stages text[], max_retries integer[], default_max_retries integer, expiry interval) TO pepsi_dispatcher;

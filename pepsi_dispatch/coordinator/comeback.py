@@ -6,15 +6,24 @@ Two findings make the ids in our workers' hands unsafe to keep:
   than ORPHAN_TIMEOUT and reset our running rows; it may run them already.
   Every worker is killed and every id forgotten, the owed writes too: none of
   those rows is ours any more.
-* **the server restarted** (or came back from a crash), single mode: claims
-  commit without waiting for their WAL flush, so the last claims before a crash may be lost
-  and their rows pending again -- claimable a second time while a worker still
-  has them. Every worker is killed and no id stays in hand; the owed failures
-  are kept (they are fenced by dispatcher_id, so they change only rows still
-  ours), the owed answer checks are dropped (the answered commit may be lost
-  too), and the rows we still hold go back to pending with the strays.
+* **the server restarted** (or came back from a crash, or a standby took
+  over): claims commit without waiting for their WAL flush, so the last
+  claims before a crash may be lost and their rows pending again --
+  claimable a second time while a worker still has them. Every worker is
+  killed and no id stays in hand; the owed failures are kept (they are
+  fenced by dispatcher_id, so they change only rows still ours), the owed
+  answer checks are dropped (the answered commit may be lost too), and the
+  rows we still hold go back to pending with the strays.
 
 A lost connection alone (the server kept running) keeps the workers.
+
+In competing mode another replica could claim such a row before we come
+back and stop our workers. So after connecting (at start, and after a
+reconnect of both sessions) a replica claims nothing until every other
+replica that last heartbeated before the server restarted has come back or
+is ORPHAN_TIMEOUT old (:class:`ReplicasHold`, ``pepsi.replicas_away``). Our
+own heartbeat after a reconnect runs only once the checks above have stopped
+our workers, which is what the others wait for.
 """
 
 from __future__ import annotations
@@ -98,8 +107,8 @@ class Comeback:
         """If the server restarted since we last worked with it, stop every
         worker and let go of every id in hand. True if it did."""
         epoch, known = self.db.server_epoch, self.server_epoch
-        if epoch is None or epoch == known or self.db.competing:
-            return False  # (competing replicas claim synchronously)
+        if epoch is None or epoch == known:
+            return False
         self.server_epoch = epoch
         if known is None:
             return False
@@ -118,4 +127,56 @@ class Comeback:
         return True
 
 
-__all__ = ["Comeback", "Workers"]
+class ReplicasHold:
+    """Competing mode: no claims after connecting while another replica may
+    still run rows whose claims a server restart lost (see the module's text)."""
+
+    #: how often the other replicas are asked about while holding (seconds)
+    CHECK_EVERY = 0.2
+    #: holding this long is logged, with the replicas waited for (seconds)
+    SAY_AFTER = 1.0
+
+    def __init__(self, db: DispatchStore, fence: Fence, orphan_timeout: float) -> None:
+        self.db = db
+        self.fence = fence
+        self.orphan_timeout = orphan_timeout
+        #: claims wait (set at each connect in competing mode)
+        self.holding = False
+        self.since = 0.0
+        self.next_check = 0.0
+        self.said = False
+
+    def connected(self, now: float) -> None:
+        """Both sessions are new (start, full reconnect): hold the claims until
+        the other replicas are back (competing mode only)."""
+        if not self.db.competing:
+            return
+        self.holding, self.since, self.next_check, self.said = True, now, now, False
+
+    def next_due(self) -> float:
+        """When to ask again (INF: not holding)."""
+        return self.next_check if self.holding else float("inf")
+
+    def check(self, now: float) -> None:
+        """Ask which replicas claims wait for; end the hold when none. Raises StoreError."""
+        if not self.holding or now < self.next_check:
+            return
+        away = self.db.replicas_away(self.fence.id, self.orphan_timeout)
+        if not away:
+            self.holding = False
+            if self.said:
+                log.info("the other replicas are back: claiming again")
+            return
+        self.next_check = now + self.CHECK_EVERY
+        if not self.said and now - self.since >= self.SAY_AFTER:
+            self.said = True
+            log.warning(
+                "the database server restarted while replica(s) %s ran: claiming nothing until"
+                " each is back (it stops the workers it had) or its heartbeat is older than"
+                " ORPHAN_TIMEOUT (%g s), so that no message runs twice",
+                ", ".join(map(str, away)),
+                self.orphan_timeout,
+            )
+
+
+__all__ = ["Comeback", "ReplicasHold", "Workers"]

@@ -28,7 +28,7 @@ from dataclasses import replace
 from pepsi_dispatch.config import Config, ConfigError, DispatchConfig, apply_overlay, reread_config
 from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator import gauges
-from pepsi_dispatch.coordinator.comeback import Comeback
+from pepsi_dispatch.coordinator.comeback import Comeback, ReplicasHold
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.database.flip import PausedFlip
 from pepsi_dispatch.coordinator.database.isolation import Isolation
@@ -165,6 +165,7 @@ class Dispatcher:
         self.comeback = Comeback(
             self.db, self.supervisor, self.ledger, self.round_trip.declared_dead, self.fence
         )
+        self.replicas_hold = ReplicasHold(self.db, self.fence, self.dispatch_config.orphan_timeout)
 
     def _heartbeat_duties(self) -> list[Every]:
         """The duties of each heartbeat interval, in the order they run."""
@@ -199,6 +200,7 @@ class Dispatcher:
         self.config, self.dispatcher_id = open_database(self.db, self.config)
         self.lease.renewed(registered_at)
         self.comeback.connected()
+        self.replicas_hold.connected(self.clock())
         self.link.up(self.db.listen_pid())
         self.link.watch_listen(self._on_listen)
         self.supervisor.dispatcher_id = self.fence.id = self.dispatcher_id
@@ -298,6 +300,8 @@ class Dispatcher:
             t = link.reconnect_at
         t = min(t, self.shutdown_deadline, self.systemd_watchdog.due(), self.early_gauges.due)
         t = min(t, self.lease.deadline())
+        if link.ready(now):
+            t = min(t, self.replicas_hold.next_due())
         t = min(t, self.supervisor.next_deadline(now))
         return t - now
 
@@ -332,6 +336,11 @@ class Dispatcher:
         if not self.link.connected and now >= self.link.reconnect_at:
             self._reconnect(now)
         self._run_duties(now)
+        if self.replicas_hold.holding and self.link.ready(now):
+            try:
+                self.replicas_hold.check(now)
+            except StoreError as exc:
+                self.link.lost(now, exc)
         self.supervisor.fire_due(now)
         if self.shutting_down and now >= self.shutdown_deadline:
             self.supervisor.kill_all_now(now)
@@ -426,8 +435,9 @@ class Dispatcher:
         self.ledger.want_claim()
 
     def _no_claims(self) -> bool:
-        """Stopping, or the lease lapsed: no claims (nor flips) in the round trip."""
-        return self.shutting_down or self.lease.lapsed
+        """Stopping, the lease lapsed, or waiting for the other replicas after
+        connecting: no claims (nor flips) in the round trip."""
+        return self.shutting_down or self.lease.lapsed or self.replicas_hold.holding
 
     def _lease_lapsed(self, now: float) -> None:
         """Competing: no heartbeat went through for nearly ORPHAN_TIMEOUT. Stop
@@ -490,6 +500,7 @@ class Dispatcher:
         self.scheduler.registered = False  # learn what other replicas settled meanwhile
         if done is LinkState.RECONNECT_WORK:
             return  # no notification was missed: the listen connection stayed
+        self.replicas_hold.connected(now)  # the server may have restarted
         # A config_changed may have been missed while disconnected: reload, but
         # retire workers only if the stage table really changed.
         self.reload_pending = True

@@ -106,6 +106,7 @@ GRANT EXECUTE ON FUNCTION
     pepsi.claim_lines(bigint, text[], integer[], boolean, bigint[], integer[]),
     pepsi.requeue_due(text[], integer[], integer, interval),
     pepsi.reset_orphans(bigint, boolean, interval),
+    pepsi.replicas_away(bigint, interval),
     pepsi.release(bigint, bigint[]),
     pepsi.record_dispatch_error(bigint, bigint[], text[], text[]),
     pepsi.check_answered(bigint, bigint[]),

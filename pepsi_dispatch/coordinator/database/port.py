@@ -167,7 +167,8 @@ class DispatchStore(Protocol):
 
     @property
     def competing(self) -> bool:
-        """Competing mode: a shared lock, synchronous claims, no claim floors."""
+        """Competing mode: a shared lock, a wait for the other replicas after
+        connecting, no claim floors."""
         ...
 
     @property
@@ -278,6 +279,11 @@ class DispatchStore(Protocol):
 
     def reset_orphans(self, dispatcher_id: int, orphan_timeout: float) -> int:
         """``pepsi.reset_orphans`` → rows put back to pending."""
+        ...
+
+    def replicas_away(self, dispatcher_id: int, orphan_timeout: float) -> list[int]:
+        """``pepsi.replicas_away``: replicas whose session is gone and whose
+        heartbeat is younger than ``orphan_timeout`` (claims wait for them)."""
         ...
 
     def keep_dead_letters(self, batch: int) -> int:

@@ -108,6 +108,10 @@ SQL_RESET_ORPHANS: Final = (
     "SELECT pepsi.reset_orphans(%(dispatcher_id)s::bigint, %(competing)s::boolean,"
     " make_interval(secs => %(orphan_timeout)s::float8))"
 )
+SQL_REPLICAS_AWAY: Final = (
+    "SELECT pepsi.replicas_away(%(dispatcher_id)s::bigint,"
+    " make_interval(secs => %(orphan_timeout)s::float8))"
+)
 SQL_RELEASE: Final = "SELECT pepsi.release(%(dispatcher_id)s::bigint, %(ids)s::bigint[])"
 # record_dispatch_error v3 returns the rows it changed with their new status:
 # 'paused' is an automatic retry (the stage's RETRY_DELAY), not a failure.
@@ -193,20 +197,17 @@ def int_array(values: Iterable[int | None]) -> str:
 
 
 # -- the claim as sent ---------------------------------------------------------
-# A single dispatcher's claim commits without waiting for its WAL flush
-# (synchronous_commit off for that transaction alone): a claim lost to a server
-# crash leaves its rows pending, never half-claimed, and every later synchronous
-# commit -- the worker's answer above all -- flushes it first. The dispatcher
-# notices a server restart at reconnect and stops every worker
-# (coordinator/comeback.py). Competing replicas claim synchronously: another
-# replica could take a lost claim's rows before we reconnect and stop ours.
+# The claim commits without waiting for its WAL flush (synchronous_commit off
+# for that transaction alone): a claim lost to a server crash leaves its rows
+# pending, never half-claimed, and every later synchronous commit -- the
+# worker's answer above all -- flushes it first. The dispatcher notices a
+# server restart at reconnect and stops every worker before it claims again
+# (coordinator/comeback.py); a competing replica also claims nothing after it
+# connects until every other replica has done the same or is ORPHAN_TIMEOUT
+# old (pepsi.replicas_away, coordinator/restart_hold.py).
 #: The claim, each row also as a worker's line (workqueue_id, stage, priority,
 #: line). The last parameter is the line limit of each stage (0: bare ids).
 SQL_CLAIM_LINES: Final = (
-    "SELECT * FROM pepsi.claim_lines(%(dispatcher_id)s::bigint, %(stages)s::text[],"
-    " %(caps)s::int[], %(skip_locked)s::boolean, %(after_ids)s::bigint[], %(line_limits)s::int[])"
-)
-SQL_CLAIM_LINES_NO_FLUSH_WAIT: Final = (
     "SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS async_commit,"
     " pepsi.claim_lines(%(dispatcher_id)s::bigint, %(stages)s::text[], %(caps)s::int[],"
     " %(skip_locked)s::boolean, %(after_ids)s::bigint[], %(line_limits)s::int[]) AS c"
@@ -224,13 +225,11 @@ SQL_CHECK_AND_CLAIM: Final = (
 
 
 class ClaimStatement:
-    """The claim as sent (``pepsi.claim_lines``): without waiting for the WAL
-    flush unless ``competing``."""
+    """The claim as sent (``pepsi.claim_lines``), without waiting for its WAL flush."""
 
-    def __init__(self, competing: bool) -> None:
-        self.competing = competing
+    def __init__(self) -> None:
         #: the claim alone
-        self.sql = SQL_CLAIM_LINES if competing else SQL_CLAIM_LINES_NO_FLUSH_WAIT
+        self.sql = SQL_CLAIM_LINES
         #: the answer checks and the claim in one statement
         self.with_checks = SQL_CHECK_AND_CLAIM.format(claim=self.sql, line="c.line")
 
@@ -388,7 +387,7 @@ class PostgresStore:
         self.listen: psycopg.Connection | None = None
         self.work: psycopg.Connection | None = None
         #: the claim's statements (pepsi.claim_lines)
-        self.claiming = ClaimStatement(competing)
+        self.claiming = ClaimStatement()
         #: the server's start and crash-restart times, read at each connect of
         #: the work connection (None before the first).
         self.server_epoch: Epoch | None = None
@@ -589,6 +588,12 @@ class PostgresStore:
             "orphan_timeout": orphan_timeout,
         }
         return int(self._scalar(SQL_RESET_ORPHANS, params, "reset_orphans") or 0)
+
+    def replicas_away(self, dispatcher_id: int, orphan_timeout: float) -> list[int]:
+        """``pepsi.replicas_away``: replicas whose session is gone and whose
+        heartbeat is younger than ``orphan_timeout`` (claims wait for them)."""
+        params = {"dispatcher_id": dispatcher_id, "orphan_timeout": orphan_timeout}
+        return list(self._scalar(SQL_REPLICAS_AWAY, params, "replicas_away") or [])
 
     def release(self, dispatcher_id: int, ids: Sequence[int] | None) -> int:
         """``pepsi.release``: held rows (all when ``ids`` is None) back to pending."""

@@ -165,3 +165,39 @@ def test_a_replica_cut_off_from_the_database_stops_its_workers_before_orphan_tim
     h.wait_all(timeout=60)
     assert h.row(mid)["status"] == "done"
     assert a.terminate() == 0 and b.terminate() == 0
+
+
+#: When the server last (re)started, as pepsi.replicas_away reckons it.
+SERVER_RESTART_SQL = (
+    "SELECT greatest(pg_postmaster_start_time(), (SELECT stats_reset FROM pg_stat_bgwriter),"
+    " pg_last_xact_replay_timestamp())"
+)
+
+
+def test_after_a_server_restart_a_replica_claims_nothing_until_the_others_are_back(
+    h: Harness,
+) -> None:
+    """Claims commit without waiting for their WAL flush, so a crash can lose a
+    replica's last claims while its workers still run their rows. A replica
+    that last heartbeated before the server started and has no session may be
+    such a one: a replica that connects claims nothing until it is back (its
+    session holds its liveness lock again) or ORPHAN_TIMEOUT old."""
+    restart = h.conn.execute(SERVER_RESTART_SQL).fetchone()[0]  # type: ignore[index]
+    away = h.conn.execute(
+        "INSERT INTO pepsi.dispatchers (hostname, pid, competing, heartbeat_at)"
+        " VALUES ('away', 2, true, %s - interval '1 s') RETURNING dispatcher_id",
+        (restart,),
+    ).fetchone()[0]  # type: ignore[index]
+    a = h.start(sdk_conf(h, "2592000 s"))  # 30 days: the server's start is younger
+    ids = h.enqueue("a", 2)
+    wait_until(
+        lambda: f"replica(s) {away} ran: claiming nothing" in a.log(),
+        30,
+        message=lambda: "the wait is logged: " + a.tail(),
+    )
+    assert [h.row(i)["status"] for i in ids] == ["pending", "pending"]
+    # It comes back: its next heartbeat, on a new session, takes its liveness lock.
+    h.conn.execute("SELECT pg_advisory_lock(1885629558, (%s::bigint & 2147483647)::int)", (away,))
+    wait_until(lambda: all_done(h, ids), 60, message=lambda: f"claimed once back: {h.counts()}")
+    assert "the other replicas are back" in a.log()
+    assert a.terminate() == 0

@@ -54,6 +54,8 @@ class FakeStore:
         #: register's answer; reset_orphans' and release's counts
         self.dispatcher_id = 7
         self.orphans_reset = 0
+        #: replicas_away's answer (competing: the replicas claims wait for)
+        self.away: list[int] = []
         self.released_count = 2
         #: the overlay rows (section, option, value); notifications to drain
         self.overlay_rows: list[tuple[str, str, str]] = []
@@ -169,6 +171,10 @@ class FakeStore:
     def reset_orphans(self, dispatcher_id: int, orphan_timeout: float) -> int:
         self._call("reset_orphans")
         return self.orphans_reset
+
+    def replicas_away(self, dispatcher_id: int, orphan_timeout: float) -> list[int]:
+        self._call("replicas_away")
+        return list(self.away)
 
     def keep_dead_letters(self, batch: int) -> int:
         self._call("keep_dead_letters")

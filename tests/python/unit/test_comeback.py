@@ -3,12 +3,13 @@ restarted (its last claims may be lost) or we were declared dead."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from fake_store import FakeStore
 
-from pepsi_dispatch.coordinator.comeback import Comeback
+from pepsi_dispatch.coordinator.comeback import Comeback, ReplicasHold
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.ledger import Ledger
 
@@ -103,9 +104,59 @@ def test_declared_dead_release_that_fails_raises_so_the_check_runs_again() -> No
         c.check_registration()
 
 
-def test_competing_replicas_keep_their_workers_their_claims_were_flushed() -> None:
+def test_competing_replicas_stop_their_workers_too_their_claims_were_not_flushed() -> None:
+    """A competing claim commits without waiting for its flush: a replica that
+    finds the server restarted stops its workers before its next heartbeat,
+    which is what the other replicas wait for."""
     db = FakeStore(server_epoch=STARTED, competing=True)
     c, workers = comeback(db)
     db.server_epoch = CRASHED
-    assert c.check_server_restart() is False
-    assert workers.dropped == 0
+    assert c.check_server_restart() is True
+    assert workers.dropped == 1
+
+
+def hold(db: FakeStore) -> ReplicasHold:
+    return ReplicasHold(db, Fence(7), orphan_timeout=300.0)
+
+
+def test_a_competing_replica_claims_nothing_after_connecting_while_replicas_are_away() -> None:
+    db = FakeStore(competing=True)
+    db.away = [3, 5]
+    h = hold(db)
+    h.connected(100.0)
+    assert h.holding and h.next_due() == 100.0
+    h.check(100.0)
+    assert h.holding, "replicas 3 and 5 may still run rows a lost claim freed"
+    assert h.next_due() == pytest.approx(100.0 + ReplicasHold.CHECK_EVERY)
+    h.check(100.1)  # not due yet: not asked again
+    assert db.calls.count("replicas_away") == 1
+    db.away = []
+    h.check(100.3)
+    assert not h.holding and h.next_due() == float("inf")
+
+
+def test_the_wait_is_logged_after_a_second_with_the_replicas(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    db = FakeStore(competing=True)
+    db.away = [3]
+    h = hold(db)
+    h.connected(0.0)
+    h.check(0.0)
+    assert "replica(s) 3" not in caplog.text
+    h.check(1.2)
+    assert "replica(s) 3" in caplog.text and "ORPHAN_TIMEOUT (300 s)" in caplog.text
+    db.away = []
+    h.check(1.5)
+    assert "claiming again" in caplog.text
+
+
+def test_a_single_dispatcher_never_holds() -> None:
+    db = FakeStore(competing=False)
+    db.away = [3]
+    h = hold(db)
+    h.connected(0.0)
+    assert not h.holding
+    h.check(0.0)
+    assert "replicas_away" not in db.calls
