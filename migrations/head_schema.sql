@@ -2306,11 +2306,11 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pepsi.replicas_away(dispatcher_id bigint, orphan_timeout interval) RETURNS bigint[]
+CREATE FUNCTION pepsi.replicas_away(dispatcher_id bigint, orphan_timeout interval) RETURNS TABLE(replica_id bigint, hostname text, pid integer)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pepsi', 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT coalesce(array_agg(d.dispatcher_id ORDER BY d.dispatcher_id), '{}')
+    SELECT d.dispatcher_id, d.hostname, d.pid
       FROM pepsi.dispatchers AS d
      WHERE d.dispatcher_id IS DISTINCT FROM replicas_away.dispatcher_id
        AND d.heartbeat_at >= now() - coalesce(replicas_away.orphan_timeout, interval '0')
@@ -2318,6 +2318,7 @@ CREATE FUNCTION pepsi.replicas_away(dispatcher_id bigint, orphan_timeout interva
                                       (SELECT b.stats_reset FROM pg_stat_bgwriter AS b),
                                       pg_last_xact_replay_timestamp())
        AND NOT pepsi._dispatcher_live(d.dispatcher_id)
+     ORDER BY d.dispatcher_id
 $$;
 
 CREATE FUNCTION pepsi.requeue_due(stages text[], max_retries integer[], default_max_retries integer, expiry interval) RETURNS TABLE(requeued integer, exhausted integer, expired integer, next_due timestamp with time zone, exhausted_stages text[], exhausted_counts integer[], expired_stages text[], expired_counts integer[])

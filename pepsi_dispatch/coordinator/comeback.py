@@ -18,17 +18,20 @@ Two findings make the ids in our workers' hands unsafe to keep:
 A lost connection alone (the server kept running) keeps the workers.
 
 In competing mode another replica could claim such a row before we come
-back and stop our workers. So after connecting (at start, and after a
-reconnect of both sessions) a replica claims nothing until every other
-replica that last heartbeated before the server restarted has come back or
-is ORPHAN_TIMEOUT old (:class:`ReplicasHold`, ``pepsi.replicas_away``). Our
-own heartbeat after a reconnect runs only once the checks above have stopped
-our workers, which is what the others wait for.
+back and stop our workers. So after connecting (at start, and after every
+reconnect) a replica claims nothing until every other replica that last
+heartbeated before the server restarted has come back, is ORPHAN_TIMEOUT old,
+or is known gone with its workers: registered from this host by a process
+that no longer runs, whose workers died with it (:class:`ReplicasHold`,
+``pepsi.replicas_away``). Our own heartbeat after a reconnect runs only once
+the checks above have stopped our workers, which is what the others wait for.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Callable, Sized
 from typing import Protocol
 
@@ -147,8 +150,9 @@ class ReplicasHold:
         self.said = False
 
     def connected(self, now: float) -> None:
-        """Both sessions are new (start, full reconnect): hold the claims until
-        the other replicas are back (competing mode only)."""
+        """At start and after every reconnect (the server may have restarted, or
+        be a promoted standby): hold the claims until the other replicas are
+        back (competing mode only)."""
         if not self.db.competing:
             return
         self.holding, self.since, self.next_check, self.said = True, now, now, False
@@ -161,7 +165,13 @@ class ReplicasHold:
         """Ask which replicas claims wait for; end the hold when none. Raises StoreError."""
         if not self.holding or now < self.next_check:
             return
-        away = self.db.replicas_away(self.fence.id, self.orphan_timeout)
+        away = [
+            replica_id
+            for replica_id, hostname, pid in self.db.replicas_away(
+                self.fence.id, self.orphan_timeout
+            )
+            if not gone_from_here(hostname, pid)
+        ]
         if not away:
             self.holding = False
             if self.said:
@@ -173,10 +183,28 @@ class ReplicasHold:
             log.warning(
                 "the database server restarted while replica(s) %s ran: claiming nothing until"
                 " each is back (it stops the workers it had) or its heartbeat is older than"
-                " ORPHAN_TIMEOUT (%g s), so that no message runs twice",
+                " ORPHAN_TIMEOUT (%g s), so that no message runs twice (a replica whose host"
+                " is gone for good: SELECT pepsi.unregister_dispatcher(N) as this role)",
                 ", ".join(map(str, away)),
                 self.orphan_timeout,
             )
 
 
-__all__ = ["Comeback", "ReplicasHold", "Workers"]
+def gone_from_here(hostname: str, pid: int) -> bool:
+    """A registration made on this host by a process that no longer runs (or
+    whose pid is ours now, a restarted container): its workers died with it
+    (coordinator/workers/sentinel.py), so no claim of it can still be running."""
+    if hostname != socket.gethostname():
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # a process of another user runs under that pid
+        return False
+    return False
+
+
+__all__ = ["Comeback", "ReplicasHold", "Workers", "gone_from_here"]

@@ -500,7 +500,6 @@ class Dispatcher:
         self.scheduler.registered = False  # learn what other replicas settled meanwhile
         if done is LinkState.RECONNECT_WORK:
             return  # no notification was missed: the listen connection stayed
-        self.replicas_hold.connected(now)  # the server may have restarted
         # A config_changed may have been missed while disconnected: reload, but
         # retire workers only if the stage table really changed.
         self.reload_pending = True
@@ -514,6 +513,9 @@ class Dispatcher:
         self.comeback.check_server_restart()
         self.db.heartbeat(self.dispatcher_id)
         self.lease.renewed(now)
+        # Even a work connection reopened alone may have found a restarted or
+        # promoted server (its listen connection not yet seen dead).
+        self.replicas_hold.connected(now)
         # Rows the database says we hold but no worker has (a claim that
         # committed while its answer was lost) go back to pending; rows
         # with an owed failure or answer check are left for those writes.

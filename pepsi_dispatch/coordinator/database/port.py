@@ -281,9 +281,12 @@ class DispatchStore(Protocol):
         """``pepsi.reset_orphans`` → rows put back to pending."""
         ...
 
-    def replicas_away(self, dispatcher_id: int, orphan_timeout: float) -> list[int]:
-        """``pepsi.replicas_away``: replicas whose session is gone and whose
-        heartbeat is younger than ``orphan_timeout`` (claims wait for them)."""
+    def replicas_away(
+        self, dispatcher_id: int, orphan_timeout: float
+    ) -> list[tuple[int, str, int]]:
+        """``pepsi.replicas_away``: (id, hostname, pid) of the replicas that last
+        heartbeated before the server restarted, have no session, and are younger
+        than ``orphan_timeout`` (claims wait for them)."""
         ...
 
     def keep_dead_letters(self, batch: int) -> int:

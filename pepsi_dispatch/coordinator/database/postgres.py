@@ -109,7 +109,7 @@ SQL_RESET_ORPHANS: Final = (
     " make_interval(secs => %(orphan_timeout)s::float8))"
 )
 SQL_REPLICAS_AWAY: Final = (
-    "SELECT pepsi.replicas_away(%(dispatcher_id)s::bigint,"
+    "SELECT replica_id, hostname, pid FROM pepsi.replicas_away(%(dispatcher_id)s::bigint,"
     " make_interval(secs => %(orphan_timeout)s::float8))"
 )
 SQL_RELEASE: Final = "SELECT pepsi.release(%(dispatcher_id)s::bigint, %(ids)s::bigint[])"
@@ -204,7 +204,7 @@ def int_array(values: Iterable[int | None]) -> str:
 # server restart at reconnect and stops every worker before it claims again
 # (coordinator/comeback.py); a competing replica also claims nothing after it
 # connects until every other replica has done the same or is ORPHAN_TIMEOUT
-# old (pepsi.replicas_away, coordinator/restart_hold.py).
+# old (pepsi.replicas_away, ReplicasHold in coordinator/comeback.py).
 #: The claim, each row also as a worker's line (workqueue_id, stage, priority,
 #: line). The last parameter is the line limit of each stage (0: bare ids).
 SQL_CLAIM_LINES: Final = (
@@ -589,11 +589,15 @@ class PostgresStore:
         }
         return int(self._scalar(SQL_RESET_ORPHANS, params, "reset_orphans") or 0)
 
-    def replicas_away(self, dispatcher_id: int, orphan_timeout: float) -> list[int]:
-        """``pepsi.replicas_away``: replicas whose session is gone and whose
-        heartbeat is younger than ``orphan_timeout`` (claims wait for them)."""
+    def replicas_away(
+        self, dispatcher_id: int, orphan_timeout: float
+    ) -> list[tuple[int, str, int]]:
+        """``pepsi.replicas_away``: (id, hostname, pid) of the replicas that last
+        heartbeated before the server restarted, have no session, and are younger
+        than ``orphan_timeout`` (claims wait for them)."""
         params = {"dispatcher_id": dispatcher_id, "orphan_timeout": orphan_timeout}
-        return list(self._scalar(SQL_REPLICAS_AWAY, params, "replicas_away") or [])
+        rows = self._rows(SQL_REPLICAS_AWAY, params, "replicas_away")
+        return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     def release(self, dispatcher_id: int, ids: Sequence[int] | None) -> int:
         """``pepsi.release``: held rows (all when ``ids`` is None) back to pending."""

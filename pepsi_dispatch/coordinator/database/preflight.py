@@ -34,6 +34,7 @@ DISPATCHER_FUNCTIONS = (
     "claim_lines",
     "requeue_due",
     "reset_orphans",
+    "replicas_away",
     "release",
     "record_dispatch_error",
     "check_answered",

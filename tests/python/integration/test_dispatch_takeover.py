@@ -201,3 +201,36 @@ def test_after_a_server_restart_a_replica_claims_nothing_until_the_others_are_ba
     wait_until(lambda: all_done(h, ids), 60, message=lambda: f"claimed once back: {h.counts()}")
     assert "the other replicas are back" in a.log()
     assert a.terminate() == 0
+
+
+def test_a_work_connection_reopened_alone_holds_claims_too(h: Harness) -> None:
+    """A work connection reopened alone (the listen one not yet seen dead) may
+    have reached a restarted or promoted server: the replica asks which
+    replicas are away before it claims again, as after a full reconnect."""
+    a = h.start(sdk_conf(h, "2592000 s"))
+    first = h.enqueue("a", 1)
+    h.wait_all(timeout=60)
+    assert all_done(h, first)
+    restart = h.conn.execute(SERVER_RESTART_SQL).fetchone()[0]  # type: ignore[index]
+    away = h.conn.execute(
+        "INSERT INTO pepsi.dispatchers (hostname, pid, competing, heartbeat_at)"
+        " VALUES ('away', 2, true, %s - interval '1 s') RETURNING dispatcher_id",
+        (restart,),
+    ).fetchone()[0]  # type: ignore[index]
+    h.conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = 'pepsi-dispatch work'"
+    )
+    wait_until(
+        lambda: "work connection only" in a.log(), 30, message=lambda: "reconnects: " + a.tail()
+    )
+    ids = h.enqueue("a", 2)
+    wait_until(
+        lambda: f"replica(s) {away} ran: claiming nothing" in a.log(),
+        30,
+        message=lambda: "the wait is logged: " + a.tail(),
+    )
+    assert [h.row(i)["status"] for i in ids] == ["pending", "pending"]
+    h.conn.execute("SELECT pg_advisory_lock(1885629558, (%s::bigint & 2147483647)::int)", (away,))
+    wait_until(lambda: all_done(h, ids), 60, message=lambda: f"claimed once back: {h.counts()}")
+    assert a.terminate() == 0

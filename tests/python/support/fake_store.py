@@ -54,8 +54,8 @@ class FakeStore:
         #: register's answer; reset_orphans' and release's counts
         self.dispatcher_id = 7
         self.orphans_reset = 0
-        #: replicas_away's answer (competing: the replicas claims wait for)
-        self.away: list[int] = []
+        #: replicas_away's answer: (id, hostname, pid) of the replicas claims wait for
+        self.away: list[tuple[int, str, int]] = []
         self.released_count = 2
         #: the overlay rows (section, option, value); notifications to drain
         self.overlay_rows: list[tuple[str, str, str]] = []
@@ -172,7 +172,9 @@ class FakeStore:
         self._call("reset_orphans")
         return self.orphans_reset
 
-    def replicas_away(self, dispatcher_id: int, orphan_timeout: float) -> list[int]:
+    def replicas_away(
+        self, dispatcher_id: int, orphan_timeout: float
+    ) -> list[tuple[int, str, int]]:
         self._call("replicas_away")
         return list(self.away)
 

@@ -4,12 +4,15 @@ restarted (its last claims may be lost) or we were declared dead."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import subprocess
 from typing import Any
 
 import pytest
 from fake_store import FakeStore
 
-from pepsi_dispatch.coordinator.comeback import Comeback, ReplicasHold
+from pepsi_dispatch.coordinator.comeback import Comeback, ReplicasHold, gone_from_here
 from pepsi_dispatch.coordinator.database.fence import Fence
 from pepsi_dispatch.coordinator.ledger import Ledger
 
@@ -121,7 +124,7 @@ def hold(db: FakeStore) -> ReplicasHold:
 
 def test_a_competing_replica_claims_nothing_after_connecting_while_replicas_are_away() -> None:
     db = FakeStore(competing=True)
-    db.away = [3, 5]
+    db.away = [(3, "elsewhere", 10), (5, "elsewhere", 11)]
     h = hold(db)
     h.connected(100.0)
     assert h.holding and h.next_due() == 100.0
@@ -140,13 +143,14 @@ def test_the_wait_is_logged_after_a_second_with_the_replicas(
 ) -> None:
     caplog.set_level(logging.INFO)
     db = FakeStore(competing=True)
-    db.away = [3]
+    db.away = [(3, "elsewhere", 10)]
     h = hold(db)
     h.connected(0.0)
     h.check(0.0)
     assert "replica(s) 3" not in caplog.text
     h.check(1.2)
     assert "replica(s) 3" in caplog.text and "ORPHAN_TIMEOUT (300 s)" in caplog.text
+    assert "pepsi.unregister_dispatcher(N)" in caplog.text  # the way out is named
     db.away = []
     h.check(1.5)
     assert "claiming again" in caplog.text
@@ -154,9 +158,32 @@ def test_the_wait_is_logged_after_a_second_with_the_replicas(
 
 def test_a_single_dispatcher_never_holds() -> None:
     db = FakeStore(competing=False)
-    db.away = [3]
+    db.away = [(3, "elsewhere", 10)]
     h = hold(db)
     h.connected(0.0)
     assert not h.holding
     h.check(0.0)
     assert "replicas_away" not in db.calls
+
+
+def test_a_replica_gone_from_this_host_is_not_waited_for() -> None:
+    """Its process no longer runs (or its pid is ours now: a restarted
+    container): its workers died with it. A live pid, or another host, is
+    waited for."""
+    here = socket.gethostname()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert gone_from_here(here, dead.pid)
+    assert gone_from_here(here, os.getpid())
+    assert not gone_from_here(here, os.getppid())
+    assert not gone_from_here("another-host", dead.pid)
+    db = FakeStore(competing=True)
+    db.away = [(3, here, dead.pid), (4, here, os.getpid())]
+    h = hold(db)
+    h.connected(0.0)
+    h.check(0.0)
+    assert not h.holding
+    db.away.append((5, "another-host", dead.pid))
+    h.connected(1.0)
+    h.check(1.0)
+    assert h.holding
