@@ -138,6 +138,8 @@ class ReplicasHold:
     CHECK_EVERY = 0.2
     #: holding this long is logged, with the replicas waited for (seconds)
     SAY_AFTER = 1.0
+    #: after the question failed with the connections up (seconds)
+    RETRY_AFTER_ERROR = 5.0
 
     def __init__(self, db: DispatchStore, fence: Fence, orphan_timeout: float) -> None:
         self.db = db
@@ -160,6 +162,18 @@ class ReplicasHold:
     def next_due(self) -> float:
         """When to ask again (INF: not holding)."""
         return self.next_check if self.holding else float("inf")
+
+    def failed(self, now: float, exc: BaseException) -> None:
+        """The question itself failed with the connections up: keep holding the
+        claims (nothing says the others are back), ask again later, say why."""
+        self.next_check = now + self.RETRY_AFTER_ERROR
+        log.error(
+            "competing mode: cannot ask which replicas are away (%s); claiming nothing,"
+            " asking again in %g s (does this role have EXECUTE on pepsi.replicas_away?"
+            " pepsi-dispatch serve --check tells)",
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            self.RETRY_AFTER_ERROR,
+        )
 
     def check(self, now: float) -> None:
         """Ask which replicas claims wait for; end the hold when none. Raises StoreError."""

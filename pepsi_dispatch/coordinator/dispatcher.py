@@ -340,7 +340,10 @@ class Dispatcher:
             try:
                 self.replicas_hold.check(now)
             except StoreError as exc:
-                self.link.lost(now, exc)
+                if self.db.work_dead() or self.db.listen_dead():
+                    self.link.lost(now, exc)
+                else:  # a refusal (a missing grant): keep holding, keep the heartbeat
+                    self.replicas_hold.failed(now, exc)
         self.supervisor.fire_due(now)
         if self.shutting_down and now >= self.shutdown_deadline:
             self.supervisor.kill_all_now(now)

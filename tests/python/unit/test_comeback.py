@@ -187,3 +187,17 @@ def test_a_replica_gone_from_this_host_is_not_waited_for() -> None:
     h.connected(1.0)
     h.check(1.0)
     assert h.holding
+
+
+def test_a_failing_question_keeps_holding_and_asks_again_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    db = FakeStore(competing=True)
+    h = hold(db)
+    h.connected(0.0)
+    h.failed(0.0, RuntimeError("permission denied for function replicas_away"))
+    assert h.holding, "nothing says the others are back"
+    assert h.next_due() == pytest.approx(ReplicasHold.RETRY_AFTER_ERROR)
+    assert "permission denied" in caplog.text and "serve --check" in caplog.text
+    h.check(ReplicasHold.RETRY_AFTER_ERROR)
+    assert not h.holding
