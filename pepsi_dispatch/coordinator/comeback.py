@@ -6,16 +6,19 @@ Two findings make the ids in our workers' hands unsafe to keep:
   than ORPHAN_TIMEOUT and reset our running rows; it may run them already.
   Every worker is killed and every id forgotten, the owed writes too: none of
   those rows is ours any more.
-* **the server restarted** (or came back from a crash, or a standby took
-  over): claims commit without waiting for their WAL flush, so the last
-  claims before a crash may be lost and their rows pending again --
-  claimable a second time while a worker still has them. Every worker is
-  killed and no id stays in hand; the owed failures are kept (they are
-  fenced by dispatcher_id, so they change only rows still ours), the owed
-  answer checks are dropped (the answered commit may be lost too), and the
-  rows we still hold go back to pending with the strays.
+* **the server came back from a crash, or a standby took over**: claims
+  commit without waiting for their WAL flush, so the last claims before a
+  crash may be lost and their rows pending again -- claimable a second time
+  while a worker still has them. Every worker is killed and no id stays in
+  hand; the owed failures are kept (they are fenced by dispatcher_id, so
+  they change only rows still ours), the owed answer checks are dropped (the
+  answered commit may be lost too), and the rows we still hold go back to
+  pending with the strays.
 
-A lost connection alone (the server kept running) keeps the workers.
+A lost connection alone (the server kept running) keeps the workers, and so
+does a clean restart: the server's start time changed but not the reset time
+of its statistics, which a crash recovery or another server changes, and the
+shutdown checkpoint flushed every commit.
 
 In competing mode another replica could claim such a row before we come
 back and stop our workers. So after connecting (at start, and after every
@@ -114,6 +117,15 @@ class Comeback:
             return False
         self.server_epoch = epoch
         if known is None:
+            return False
+        if epoch[1] is not None and epoch[1] == known[1]:
+            # Restarted, but the statistics were kept: a clean shutdown, whose
+            # checkpoint flushed every commit, the claims' too. Nothing was lost.
+            log.info(
+                "the database server restarted cleanly while we were disconnected (started"
+                " %s); no claim was lost, workers kept",
+                epoch[0],
+            )
             return False
         n_workers = len(self.supervisor.all())
         held = self.supervisor.drop_all()

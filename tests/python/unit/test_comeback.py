@@ -201,3 +201,28 @@ def test_a_failing_question_keeps_holding_and_asks_again_later(
     assert "permission denied" in caplog.text and "serve --check" in caplog.text
     h.check(ReplicasHold.RETRY_AFTER_ERROR)
     assert not h.holding
+
+
+RESTARTED_CLEANLY = ("2026-12-01 12:00:00+00", "2026-12-01 10:00:00+00")
+
+
+@pytest.mark.parametrize("competing", [False, True])
+def test_a_clean_restart_keeps_the_workers_nothing_was_lost(competing: bool) -> None:
+    """A clean shutdown's checkpoint flushed every commit, the claims' too; the
+    statistics survive it, so their reset time tells it from a crash."""
+    db = FakeStore(server_epoch=STARTED, competing=competing)
+    c, workers = comeback(db)
+    db.server_epoch = RESTARTED_CLEANLY
+    assert c.check_server_restart() is False
+    assert workers.dropped == 0
+    db.server_epoch = ("2026-12-01 12:00:00+00", "2026-12-01 12:30:00+00")  # then a crash
+    assert c.check_server_restart() is True
+    assert workers.dropped == 1
+
+
+def test_a_restart_with_no_statistics_reset_time_counts_as_a_crash() -> None:
+    db = FakeStore(server_epoch=("2026-12-01 10:00:00+00", None), competing=True)  # type: ignore[arg-type]
+    c, workers = comeback(db)
+    db.server_epoch = ("2026-12-01 12:00:00+00", None)  # type: ignore[assignment]
+    assert c.check_server_restart() is True
+    assert workers.dropped == 1
