@@ -6,7 +6,7 @@ replica would run them again). Under load that flush wait took 1.4-2.2 ms
 of every claim, in the loop, and two replicas on one stage drained 0.70x of
 one dispatcher. Claims now commit as a single dispatcher's do, and the
 crash case is covered at the other end: a replica that connects (at start,
-or after a reconnect of both sessions) claims nothing until every other
+or after any reconnect) claims nothing until every other
 registered replica has come back (its heartbeat retakes its liveness lock,
 after it stopped the workers it had when the server restarted) or is older
 than ORPHAN_TIMEOUT. replicas_away names the replicas it waits for.

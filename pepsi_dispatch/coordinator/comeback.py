@@ -6,35 +6,34 @@ Two findings make the ids in our workers' hands unsafe to keep:
   than ORPHAN_TIMEOUT and reset our running rows; it may run them already.
   Every worker is killed and every id forgotten, the owed writes too: none of
   those rows is ours any more.
-* **the server came back from a crash, or a standby took over**: claims
-  commit without waiting for their WAL flush, so the last claims before a
-  crash may be lost and their rows pending again -- claimable a second time
-  while a worker still has them. Every worker is killed and no id stays in
+* **the server restarted and lost a claim** (a crash, or a standby that
+  took over without it): claims commit without waiting for their WAL flush,
+  so the last claims before a crash may be lost and their rows pending again
+  -- claimable a second time while a worker still has them. So after any
+  restart (a new start time or statistics reset time) no message in our
+  workers' hands may be pending at its worker's stage, or another's there;
+  if one is, every worker is killed and no id stays in
   hand; the owed failures are kept (they are fenced by dispatcher_id, so
   they change only rows still ours), the owed answer checks are dropped (the
   answered commit may be lost too), and the rows we still hold go back to
-  pending with the strays.
+  pending with the strays. A clean restart, or a crash after the workers'
+  own commits had flushed every claim, keeps the workers.
 
-A lost connection alone (the server kept running) keeps the workers, and so
-does a clean restart: the server's start time changed but not the reset time
-of its statistics, which a crash recovery or another server changes, and the
-shutdown checkpoint flushed every commit.
+A lost connection alone (the server kept running) keeps the workers.
 
 In competing mode another replica could claim such a row before we come
 back and stop our workers. So after connecting (at start, and after every
 reconnect) a replica claims nothing until every other replica that last
-heartbeated before the server restarted has come back, is ORPHAN_TIMEOUT old,
-or is known gone with its workers: registered from this host by a process
-that no longer runs, whose workers died with it (:class:`ReplicasHold`,
-``pepsi.replicas_away``). Our own heartbeat after a reconnect runs only once
-the checks above have stopped our workers, which is what the others wait for.
+heartbeated before the server restarted has come back or is ORPHAN_TIMEOUT
+old (:class:`ReplicasHold`, ``pepsi.replicas_away``); a replica whose host is
+gone for good is unregistered by hand (the wait names it). Our own heartbeat
+after a reconnect runs only once the checks above have stopped our workers
+if a claim of theirs was lost, which is what the others wait for.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable, Sized
 from typing import Protocol
 
@@ -110,36 +109,63 @@ class Comeback:
                 log.info("released %d row(s) still running under our id", left)
 
     def check_server_restart(self) -> bool:
-        """If the server restarted since we last worked with it, stop every
-        worker and let go of every id in hand. True if it did."""
+        """If the server restarted since we last worked with it and a message in
+        our workers' hands is no longer ours there, stop every worker and let
+        go of every id in hand. True if the workers were stopped."""
         epoch, known = self.db.server_epoch, self.server_epoch
         if epoch is None or epoch == known:
             return False
-        self.server_epoch = epoch
         if known is None:
-            return False
-        if epoch[1] is not None and epoch[1] == known[1]:
-            # Restarted, but the statistics were kept: a clean shutdown, whose
-            # checkpoint flushed every commit, the claims' too. Nothing was lost.
-            log.info(
-                "the database server restarted cleanly while we were disconnected (started"
-                " %s); no claim was lost, workers kept",
-                epoch[0],
-            )
+            self.server_epoch = epoch
             return False
         n_workers = len(self.supervisor.all())
+        lost = self._claims_lost()  # raises StoreError: the next reconnect asks again
+        self.server_epoch = epoch
+        if not lost:
+            log.info(
+                "the database server restarted while we were disconnected (started %s); every"
+                " message our %d worker(s) hold is still ours there: workers kept",
+                epoch[0],
+                n_workers,
+            )
+            return False
         held = self.supervisor.drop_all()
         self.ledger.forget_holders()
         log.warning(
             "the database server restarted while we were disconnected (started %s,"
-            " last crash recovery %s); its last claims may be lost, so %d worker(s)"
-            " were stopped and the %d message(s) they held go back to pending",
+            " statistics reset %s) and lost %s; %d worker(s) were stopped and the %d"
+            " message(s) they held go back to pending",
             epoch[0],
             epoch[1],
+            lost,
             n_workers,
             held,
         )
         return True
+
+    def _claims_lost(self) -> str:
+        """What a restart lost of the messages in our workers' hands ('': nothing).
+        A claim lost (it had not reached the disk before a crash: claims do not
+        wait for their flush; or a standby took over without it) leaves its row
+        pending at the stage its worker runs, or another's. A row still running
+        under our id, moved on by its worker's committed answer (not read yet),
+        or no longer in the table, is fine."""
+        holder_of = self.ledger.holder_of
+        if not holder_of:
+            return ""
+        if self.fence is None:
+            return "claims (not checked)"
+        ours = self.db.held(self.fence.id)
+        maybe = [i for i in holder_of if i not in ours]
+        if not maybe:
+            return ""
+        stage_now = self.db.stages_of(maybe)
+        same = [i for i in maybe if stage_now.get(i) == getattr(holder_of[i], "stage", None)]
+        if not same:
+            return ""
+        status = self.db.statuses_of(same)
+        lost = [i for i in same if status.get(i) in ("pending", "running")]
+        return f"the claims of {len(lost)} message(s) in hand" if lost else ""
 
 
 class ReplicasHold:
@@ -152,6 +178,8 @@ class ReplicasHold:
     SAY_AFTER = 1.0
     #: after the question failed with the connections up (seconds)
     RETRY_AFTER_ERROR = 5.0
+    #: such a failure is logged at most this often (seconds)
+    SAY_ERROR_EVERY = 60.0
 
     def __init__(self, db: DispatchStore, fence: Fence, orphan_timeout: float) -> None:
         self.db = db
@@ -162,6 +190,7 @@ class ReplicasHold:
         self.since = 0.0
         self.next_check = 0.0
         self.said = False
+        self.error_said_at = float("-inf")
 
     def connected(self, now: float) -> None:
         """At start and after every reconnect (the server may have restarted, or
@@ -177,12 +206,16 @@ class ReplicasHold:
 
     def failed(self, now: float, exc: BaseException) -> None:
         """The question itself failed with the connections up: keep holding the
-        claims (nothing says the others are back), ask again later, say why."""
+        claims (nothing says the others are back), ask again later, say why
+        (at most every :data:`SAY_ERROR_EVERY`)."""
         self.next_check = now + self.RETRY_AFTER_ERROR
+        if now < self.error_said_at + self.SAY_ERROR_EVERY:
+            return
+        self.error_said_at = now
         log.error(
             "competing mode: cannot ask which replicas are away (%s); claiming nothing,"
-            " asking again in %g s (does this role have EXECUTE on pepsi.replicas_away?"
-            " pepsi-dispatch serve --check tells)",
+            " asking again every %g s (is the schema migrated, and may this role execute"
+            " pepsi.replicas_away? pepsi-dispatch serve --check tells)",
             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
             self.RETRY_AFTER_ERROR,
         )
@@ -191,13 +224,7 @@ class ReplicasHold:
         """Ask which replicas claims wait for; end the hold when none. Raises StoreError."""
         if not self.holding or now < self.next_check:
             return
-        away = [
-            replica_id
-            for replica_id, hostname, pid in self.db.replicas_away(
-                self.fence.id, self.orphan_timeout
-            )
-            if not gone_from_here(hostname, pid)
-        ]
+        away = self.db.replicas_away(self.fence.id, self.orphan_timeout)
         if not away:
             self.holding = False
             if self.said:
@@ -208,29 +235,12 @@ class ReplicasHold:
             self.said = True
             log.warning(
                 "the database server restarted while replica(s) %s ran: claiming nothing until"
-                " each is back (it stops the workers it had) or its heartbeat is older than"
-                " ORPHAN_TIMEOUT (%g s), so that no message runs twice (a replica whose host"
+                " each is back (it checks its workers' messages first) or its heartbeat is older"
+                " than ORPHAN_TIMEOUT (%g s), so that no message runs twice (a replica whose host"
                 " is gone for good: SELECT pepsi.unregister_dispatcher(N) as this role)",
-                ", ".join(map(str, away)),
+                ", ".join(f"{i} (host {host}, pid {pid})" for i, host, pid in away),
                 self.orphan_timeout,
             )
 
 
-def gone_from_here(hostname: str, pid: int) -> bool:
-    """A registration made on this host by a process that no longer runs (or
-    whose pid is ours now, a restarted container): its workers died with it
-    (coordinator/workers/sentinel.py), so no claim of it can still be running."""
-    if hostname != socket.gethostname():
-        return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # a process of another user runs under that pid
-        return False
-    return False
-
-
-__all__ = ["Comeback", "ReplicasHold", "Workers", "gone_from_here"]
+__all__ = ["Comeback", "ReplicasHold", "Workers"]

@@ -191,7 +191,7 @@ def test_after_a_server_restart_a_replica_claims_nothing_until_the_others_are_ba
     a = h.start(sdk_conf(h, "2592000 s"))  # 30 days: the server's start is younger
     ids = h.enqueue("a", 2)
     wait_until(
-        lambda: f"replica(s) {away} ran: claiming nothing" in a.log(),
+        lambda: f"replica(s) {away} (host away, pid 2) ran: claiming nothing" in a.log(),
         30,
         message=lambda: "the wait is logged: " + a.tail(),
     )
@@ -207,7 +207,14 @@ def test_a_work_connection_reopened_alone_holds_claims_too(h: Harness) -> None:
     """A work connection reopened alone (the listen one not yet seen dead) may
     have reached a restarted or promoted server: the replica asks which
     replicas are away before it claims again, as after a full reconnect."""
-    a = h.start(sdk_conf(h, "2592000 s"))
+    # POLL_INTERVAL 1 s: the heartbeat finds the terminated work session soon
+    conf = h.conf(
+        {"a": {"PROGRAM": f"{PYTHON} {SDK_WORKER} --log {h.worker_log}", "PARALLELISM": 1}},
+        COMPETING="YES",
+        ORPHAN_TIMEOUT="2592000 s",
+        POLL_INTERVAL="1 s",
+    )
+    a = h.start(conf)
     first = h.enqueue("a", 1)
     h.wait_all(timeout=60)
     assert all_done(h, first)
@@ -226,7 +233,7 @@ def test_a_work_connection_reopened_alone_holds_claims_too(h: Harness) -> None:
     )
     ids = h.enqueue("a", 2)
     wait_until(
-        lambda: f"replica(s) {away} ran: claiming nothing" in a.log(),
+        lambda: f"replica(s) {away} (host away, pid 2) ran: claiming nothing" in a.log(),
         30,
         message=lambda: "the wait is logged: " + a.tail(),
     )
