@@ -6,18 +6,17 @@ Two findings make the ids in our workers' hands unsafe to keep:
   than ORPHAN_TIMEOUT and reset our running rows; it may run them already.
   Every worker is killed and every id forgotten, the owed writes too: none of
   those rows is ours any more.
-* **the server restarted and lost a claim** (a crash, or a standby that
-  took over without it): claims commit without waiting for their WAL flush,
-  so the last claims before a crash may be lost and their rows pending again
-  -- claimable a second time while a worker still has them. So after any
-  restart (a new start time or statistics reset time) no message in our
-  workers' hands may be pending at its worker's stage, or another's there;
-  if one is, every worker is killed and no id stays in
-  hand; the owed failures are kept (they are fenced by dispatcher_id, so
-  they change only rows still ours), the owed answer checks are dropped (the
-  answered commit may be lost too), and the rows we still hold go back to
-  pending with the strays. A clean restart, or a crash after the workers'
-  own commits had flushed every claim, keeps the workers.
+* **the server restarted** (a new start time or statistics reset time: a
+  crash, a failover, a clean restart): claims commit without waiting for
+  their WAL flush, so the last claims before a crash may be lost and their
+  rows pending (or paused) again -- claimable a second time while a worker
+  still has them. Every worker is killed and no id stays in hand; the owed
+  failures are kept (they are fenced by dispatcher_id, so they change only
+  rows still ours), the owed answer checks are dropped (the answered commit
+  may be lost too, on a standby that took over), and the rows we still hold
+  go back to pending with the strays. A clean restart loses nothing, but
+  nothing this side can prove a restart clean (a standby made from a cold
+  copy keeps the primary's statistics), so it is treated alike.
 
 A lost connection alone (the server kept running) keeps the workers.
 
@@ -27,8 +26,8 @@ reconnect) a replica claims nothing until every other replica that last
 heartbeated before the server restarted has come back or is ORPHAN_TIMEOUT
 old (:class:`ReplicasHold`, ``pepsi.replicas_away``); a replica whose host is
 gone for good is unregistered by hand (the wait names it). Our own heartbeat
-after a reconnect runs only once the checks above have stopped our workers
-if a claim of theirs was lost, which is what the others wait for.
+after a reconnect runs only once the checks above have stopped our workers,
+which is what the others wait for.
 """
 
 from __future__ import annotations
@@ -109,63 +108,27 @@ class Comeback:
                 log.info("released %d row(s) still running under our id", left)
 
     def check_server_restart(self) -> bool:
-        """If the server restarted since we last worked with it and a message in
-        our workers' hands is no longer ours there, stop every worker and let
-        go of every id in hand. True if the workers were stopped."""
+        """If the server restarted since we last worked with it, stop every
+        worker and let go of every id in hand. True if it did."""
         epoch, known = self.db.server_epoch, self.server_epoch
         if epoch is None or epoch == known:
             return False
+        self.server_epoch = epoch
         if known is None:
-            self.server_epoch = epoch
             return False
         n_workers = len(self.supervisor.all())
-        lost = self._claims_lost()  # raises StoreError: the next reconnect asks again
-        self.server_epoch = epoch
-        if not lost:
-            log.info(
-                "the database server restarted while we were disconnected (started %s); every"
-                " message our %d worker(s) hold is still ours there: workers kept",
-                epoch[0],
-                n_workers,
-            )
-            return False
         held = self.supervisor.drop_all()
         self.ledger.forget_holders()
         log.warning(
             "the database server restarted while we were disconnected (started %s,"
-            " statistics reset %s) and lost %s; %d worker(s) were stopped and the %d"
-            " message(s) they held go back to pending",
+            " statistics reset %s); its last claims may be lost, so %d worker(s)"
+            " were stopped and the %d message(s) they held go back to pending",
             epoch[0],
             epoch[1],
-            lost,
             n_workers,
             held,
         )
         return True
-
-    def _claims_lost(self) -> str:
-        """What a restart lost of the messages in our workers' hands ('': nothing).
-        A claim lost (it had not reached the disk before a crash: claims do not
-        wait for their flush; or a standby took over without it) leaves its row
-        pending at the stage its worker runs, or another's. A row still running
-        under our id, moved on by its worker's committed answer (not read yet),
-        or no longer in the table, is fine."""
-        holder_of = self.ledger.holder_of
-        if not holder_of:
-            return ""
-        if self.fence is None:
-            return "claims (not checked)"
-        ours = self.db.held(self.fence.id)
-        maybe = [i for i in holder_of if i not in ours]
-        if not maybe:
-            return ""
-        stage_now = self.db.stages_of(maybe)
-        same = [i for i in maybe if stage_now.get(i) == getattr(holder_of[i], "stage", None)]
-        if not same:
-            return ""
-        status = self.db.statuses_of(same)
-        lost = [i for i in same if status.get(i) in ("pending", "running")]
-        return f"the claims of {len(lost)} message(s) in hand" if lost else ""
 
 
 class ReplicasHold:
@@ -235,7 +198,7 @@ class ReplicasHold:
             self.said = True
             log.warning(
                 "the database server restarted while replica(s) %s ran: claiming nothing until"
-                " each is back (it checks its workers' messages first) or its heartbeat is older"
+                " each is back (it stops its workers first) or its heartbeat is older"
                 " than ORPHAN_TIMEOUT (%g s), so that no message runs twice (a replica whose host"
                 " is gone for good: SELECT pepsi.unregister_dispatcher(N) as this role)",
                 ", ".join(f"{i} (host {host}, pid {pid})" for i, host, pid in away),

@@ -12,7 +12,7 @@
 --   (pepsi._dispatcher_live), and its heartbeat is younger than
 --   orphan_timeout.  A replica therefore claims nothing after it connects
 --   until every one listed has come back (its next heartbeat runs only after
---   it stopped its workers if the restart lost a claim of theirs) or is older
+--   it stopped every worker it had when the server restarted) or is older
 --   than orphan_timeout (its lease has stopped its workers, and reset_orphans
 --   takes its rows); the host and pid let an operator tell one gone for good
 --   (pepsi.unregister_dispatcher ends the wait).  A replica killed while the

@@ -281,10 +281,6 @@ class DispatchStore(Protocol):
         """``pepsi.reset_orphans`` → rows put back to pending."""
         ...
 
-    def statuses_of(self, ids: Sequence[int]) -> dict[int, str]:
-        """The status of each of ``ids`` that exists, by id (``pepsi.get_messages``)."""
-        ...
-
     def replicas_away(
         self, dispatcher_id: int, orphan_timeout: float
     ) -> list[tuple[int, str, int]]:

@@ -112,9 +112,6 @@ SQL_REPLICAS_AWAY: Final = (
     "SELECT replica_id, hostname, pid FROM pepsi.replicas_away(%(dispatcher_id)s::bigint,"
     " make_interval(secs => %(orphan_timeout)s::float8))"
 )
-#: After a server restart, for the few rows in our workers' hands that are no
-#: longer ours yet still at their worker's stage: pending again, or answered?
-SQL_STATUSES_OF: Final = "SELECT workqueue_id, status FROM pepsi.get_messages(%(ids)s::bigint[])"
 SQL_RELEASE: Final = "SELECT pepsi.release(%(dispatcher_id)s::bigint, %(ids)s::bigint[])"
 # record_dispatch_error v3 returns the rows it changed with their new status:
 # 'paused' is an automatic retry (the stage's RETRY_DELAY), not a failure.
@@ -591,11 +588,6 @@ class PostgresStore:
             "orphan_timeout": orphan_timeout,
         }
         return int(self._scalar(SQL_RESET_ORPHANS, params, "reset_orphans") or 0)
-
-    def statuses_of(self, ids: Sequence[int]) -> dict[int, str]:
-        """The status of each of ``ids`` that exists, by id (``pepsi.get_messages``)."""
-        rows = self._rows(SQL_STATUSES_OF, {"ids": int_array(ids)}, "statuses_of")
-        return {int(r[0]): str(r[1]) for r in rows}
 
     def replicas_away(
         self, dispatcher_id: int, orphan_timeout: float

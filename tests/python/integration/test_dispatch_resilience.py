@@ -87,8 +87,8 @@ def test_postgres_restart_under_load_loses_nothing(
         assert h.overlaps() == []
         log = d.log().lower()
         assert "reconnect" in log or "connection" in log, d.tail()
-        # a fast shutdown's checkpoint flushed every claim: the workers were kept
-        assert "workers kept" in log and "worker(s) were stopped" not in log, d.tail()
+        # a restart stops the workers (nothing proves it clean), then all runs on
+        assert "worker(s) were stopped" in log, d.tail()
         assert d.terminate() == 0
         print(f"PostgreSQL restart took {restart_s:.2f} s; {n + 10} messages done, none lost")
     finally:

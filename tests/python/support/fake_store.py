@@ -54,11 +54,6 @@ class FakeStore:
         #: register's answer; reset_orphans' and release's counts
         self.dispatcher_id = 7
         self.orphans_reset = 0
-        #: held_ids' answer (rows running under the dispatcher) and stages_of's
-        self.held_rows: set[int] = set()
-        self.stage_of: dict[int, str] = {}
-        #: statuses_of's answer, by id
-        self.status_of: dict[int, str] = {}
         #: replicas_away's answer: (id, hostname, pid) of the replicas claims wait for
         self.away: list[tuple[int, str, int]] = []
         self.released_count = 2
@@ -177,10 +172,6 @@ class FakeStore:
         self._call("reset_orphans")
         return self.orphans_reset
 
-    def statuses_of(self, ids: Sequence[int]) -> dict[int, str]:
-        self._call("statuses_of")
-        return {i: self.status_of[i] for i in ids if i in self.status_of}
-
     def replicas_away(
         self, dispatcher_id: int, orphan_timeout: float
     ) -> list[tuple[int, str, int]]:
@@ -221,11 +212,11 @@ class FakeStore:
 
     def held(self, dispatcher_id: int) -> set[int]:
         self._call("held")
-        return set(self.held_rows)
+        return set()
 
     def stages_of(self, ids: Iterable[int]) -> dict[int, str]:
         self._call("stages_of")
-        return {i: self.stage_of[i] for i in ids if i in self.stage_of}
+        return {}
 
     # -- one wake's round trip, and its parts ----------------------------------------------
     def round_trip(self, dispatcher_id: int, params: RoundTripParams) -> RoundTripResult:
