@@ -26,6 +26,7 @@ from db_proxy import SocketProxy
 from dispatch_harness import (  # noqa: F401
     PYTHON,
     WORKERS,
+    Dispatcher,
     Harness,
     harness_fixture,
     pid_alive,
@@ -174,6 +175,33 @@ SERVER_RESTART_SQL = (
 )
 
 
+def register_away(h: Harness) -> int:
+    """A replica that last heartbeated just before the server started, with no
+    session (no liveness lock): one whose claims the restart may have lost."""
+    restart = h.conn.execute(SERVER_RESTART_SQL).fetchone()[0]  # type: ignore[index]
+    return h.conn.execute(
+        "INSERT INTO pepsi.dispatchers (hostname, pid, competing, heartbeat_at)"
+        " VALUES ('away', 2, true, %s - interval '1 s') RETURNING dispatcher_id",
+        (restart,),
+    ).fetchone()[0]  # type: ignore[index]
+
+
+def held_until_back(h: Harness, a: Dispatcher, away: int) -> None:
+    """New messages stay pending while replica ``away`` is away (the wait is
+    logged); once its session holds its liveness lock again (its next
+    heartbeat takes it), they are claimed and run."""
+    ids = h.enqueue("a", 2)
+    wait_until(
+        lambda: f"replica(s) {away} (host away, pid 2) ran: claiming nothing" in a.log(),
+        30,
+        message=lambda: "the wait is logged: " + a.tail(),
+    )
+    assert [h.row(i)["status"] for i in ids] == ["pending", "pending"]
+    h.conn.execute("SELECT pg_advisory_lock(1885629558, (%s::bigint & 2147483647)::int)", (away,))
+    wait_until(lambda: all_done(h, ids), 60, message=lambda: f"claimed once back: {h.counts()}")
+    assert "the other replicas are back" in a.log()
+
+
 def test_after_a_server_restart_a_replica_claims_nothing_until_the_others_are_back(
     h: Harness,
 ) -> None:
@@ -182,24 +210,9 @@ def test_after_a_server_restart_a_replica_claims_nothing_until_the_others_are_ba
     that last heartbeated before the server started and has no session may be
     such a one: a replica that connects claims nothing until it is back (its
     session holds its liveness lock again) or ORPHAN_TIMEOUT old."""
-    restart = h.conn.execute(SERVER_RESTART_SQL).fetchone()[0]  # type: ignore[index]
-    away = h.conn.execute(
-        "INSERT INTO pepsi.dispatchers (hostname, pid, competing, heartbeat_at)"
-        " VALUES ('away', 2, true, %s - interval '1 s') RETURNING dispatcher_id",
-        (restart,),
-    ).fetchone()[0]  # type: ignore[index]
+    away = register_away(h)
     a = h.start(sdk_conf(h, "2592000 s"))  # 30 days: the server's start is younger
-    ids = h.enqueue("a", 2)
-    wait_until(
-        lambda: f"replica(s) {away} (host away, pid 2) ran: claiming nothing" in a.log(),
-        30,
-        message=lambda: "the wait is logged: " + a.tail(),
-    )
-    assert [h.row(i)["status"] for i in ids] == ["pending", "pending"]
-    # It comes back: its next heartbeat, on a new session, takes its liveness lock.
-    h.conn.execute("SELECT pg_advisory_lock(1885629558, (%s::bigint & 2147483647)::int)", (away,))
-    wait_until(lambda: all_done(h, ids), 60, message=lambda: f"claimed once back: {h.counts()}")
-    assert "the other replicas are back" in a.log()
+    held_until_back(h, a, away)
     assert a.terminate() == 0
 
 
@@ -218,12 +231,7 @@ def test_a_work_connection_reopened_alone_holds_claims_too(h: Harness) -> None:
     first = h.enqueue("a", 1)
     h.wait_all(timeout=60)
     assert all_done(h, first)
-    restart = h.conn.execute(SERVER_RESTART_SQL).fetchone()[0]  # type: ignore[index]
-    away = h.conn.execute(
-        "INSERT INTO pepsi.dispatchers (hostname, pid, competing, heartbeat_at)"
-        " VALUES ('away', 2, true, %s - interval '1 s') RETURNING dispatcher_id",
-        (restart,),
-    ).fetchone()[0]  # type: ignore[index]
+    away = register_away(h)
     h.conn.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
         " WHERE application_name = 'pepsi-dispatch work'"
@@ -231,13 +239,5 @@ def test_a_work_connection_reopened_alone_holds_claims_too(h: Harness) -> None:
     wait_until(
         lambda: "work connection only" in a.log(), 30, message=lambda: "reconnects: " + a.tail()
     )
-    ids = h.enqueue("a", 2)
-    wait_until(
-        lambda: f"replica(s) {away} (host away, pid 2) ran: claiming nothing" in a.log(),
-        30,
-        message=lambda: "the wait is logged: " + a.tail(),
-    )
-    assert [h.row(i)["status"] for i in ids] == ["pending", "pending"]
-    h.conn.execute("SELECT pg_advisory_lock(1885629558, (%s::bigint & 2147483647)::int)", (away,))
-    wait_until(lambda: all_done(h, ids), 60, message=lambda: f"claimed once back: {h.counts()}")
+    held_until_back(h, a, away)
     assert a.terminate() == 0
