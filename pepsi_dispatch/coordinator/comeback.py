@@ -36,7 +36,9 @@ import logging
 from collections.abc import Callable, Sized
 from typing import Protocol
 
+from pepsi_dispatch.contract import INF
 from pepsi_dispatch.coordinator.database.fence import Fence
+from pepsi_dispatch.coordinator.database.link import error_line
 from pepsi_dispatch.coordinator.database.port import DispatchStore, Epoch
 from pepsi_dispatch.coordinator.ledger import Ledger
 
@@ -153,7 +155,7 @@ class ReplicasHold:
         self.since = 0.0
         self.next_check = 0.0
         self.said = False
-        self.error_said_at = float("-inf")
+        self.error_said_at = -INF
 
     def connected(self, now: float) -> None:
         """At start and after every reconnect (the server may have restarted, or
@@ -165,7 +167,7 @@ class ReplicasHold:
 
     def next_due(self) -> float:
         """When to ask again (INF: not holding)."""
-        return self.next_check if self.holding else float("inf")
+        return self.next_check if self.holding else INF
 
     def failed(self, now: float, exc: BaseException) -> None:
         """The question itself failed with the connections up: keep holding the
@@ -179,7 +181,7 @@ class ReplicasHold:
             "competing mode: cannot ask which replicas are away (%s); claiming nothing,"
             " asking again every %g s (is the schema migrated, and may this role execute"
             " pepsi.replicas_away? pepsi-dispatch serve --check tells)",
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            error_line(exc),
             self.RETRY_AFTER_ERROR,
         )
 
@@ -199,8 +201,9 @@ class ReplicasHold:
             log.warning(
                 "the database server restarted while replica(s) %s ran: claiming nothing until"
                 " each is back (it stops its workers first) or its heartbeat is older"
-                " than ORPHAN_TIMEOUT (%g s), so that no message runs twice (a replica whose host"
-                " is gone for good: SELECT pepsi.unregister_dispatcher(N) as this role)",
+                " than ORPHAN_TIMEOUT (%g s), so that no message runs twice (a replica whose"
+                " host is gone for good: unregister it with pepsi.unregister_dispatcher(N),"
+                " as this role)",
                 ", ".join(f"{i} (host {host}, pid {pid})" for i, host, pid in away),
                 self.orphan_timeout,
             )
