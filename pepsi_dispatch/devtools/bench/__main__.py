@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from pepsi_dispatch.devtools.bench import recycling
+from pepsi_dispatch.devtools.bench import funcstats, recycling
 from pepsi_dispatch.devtools.bench.core import latency, machine_facts, say, throughput
 from pepsi_dispatch.devtools.bench.floor import floor
 
@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                     f" stage_runs {r['stage_runs']}, not done {r['failed']},"
                     f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
                 )
+                if "functions" in r:
+                    say(funcstats.line(r["functions"], args.messages))
                 if costs:
                     say(recycling.drain_line(r["drain"]))
             r = drains[args.max_messages]

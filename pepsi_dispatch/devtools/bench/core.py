@@ -39,7 +39,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pepsi_dispatch.devtools.bench import recycling
+from pepsi_dispatch.devtools.bench import funcstats, recycling
 from pepsi_dispatch.devtools.bench.recycling import EVENTS_HOOK
 from pepsi_dispatch.devtools.demo import dispatcher_command
 from pepsi_dispatch.enqueue import enqueue_many
@@ -388,6 +388,8 @@ def throughput(
             sessions0 = recycling.sessions(conn)
             pg0 = recycling.pg_cpu(postmaster)
 
+        functions0 = funcstats.snapshot(conn) if funcstats.tracking(conn) else None
+
         def clock() -> Any:
             return conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
 
@@ -441,8 +443,11 @@ def throughput(
         runs1, msgs1 = _dispatch_stats(conn)
         elapsed = (t_end - t_start).total_seconds()
         extra: dict[str, Any] = {}
+        if costs or functions0 is not None:
+            _backends_gone(conn)  # their statistics are in
+        if functions0 is not None:
+            extra["functions"] = funcstats.delta(functions0, funcstats.snapshot(conn))
         if costs:
-            _backends_gone(conn)
             extra["drain"] = recycling.Drain(
                 recycles=sum(recycling.count_recycles(one.read_text()) for one in logs),
                 events=noted,
