@@ -102,10 +102,16 @@ class Progress:
             click.echo(f"{_prog()}: enqueued {enqueued:,} message(s) at stage {stage}", err=True)
 
 
+#: The byte order mark some editors and shells (PowerShell 5's ``Out-File``) put
+#: at the start of a UTF-8 file: not part of the first line's JSON, so dropped.
+_BOM = "\ufeff"
+
+
 def _stdin_lines() -> tuple[list[str], int]:
     """The lines of stdin as text, unparsed (the database parses them), and how
     many are not blank (told at C speed when every line starts with ``{``,
-    as nearly always, else line by line)."""
+    as nearly always, else line by line). A byte order mark before the first
+    line is dropped."""
     buffer = getattr(sys.stdin, "buffer", None)  # none: a text stream (tests)
     data = buffer.read() if buffer is not None else sys.stdin.read().encode()
     try:
@@ -116,7 +122,7 @@ def _stdin_lines() -> tuple[list[str], int]:
             f"stdin line {line} is not UTF-8 text (byte {data[exc.start]:#04x});"
             " JSON lines must be UTF-8; nothing was enqueued"
         ) from None
-    lines = text.split("\n")
+    lines = text.removeprefix(_BOM).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if text.count("\n{") + (text[:1] == "{") == len(lines):
@@ -183,6 +189,8 @@ def _payloads(payloads: tuple[str, ...]) -> list[Any]:
     for i, text in enumerate(payloads, 1):
         if text == "-":
             for n, line in enumerate(sys.stdin, 1):
+                if n == 1:
+                    line = line.removeprefix(_BOM)
                 if line.strip():
                     docs.append(_object(line, f"stdin line {n}"))
         else:

@@ -117,6 +117,27 @@ def test_a_line_that_is_not_utf8_is_named(dsn: str, conn: psycopg.Connection) ->
     assert count(conn) == 0
 
 
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(
+    dsn: str, conn: psycopg.Connection
+) -> None:
+    """A UTF-8 file saved with a byte order mark (PowerShell 5, some editors):
+    its first line is enqueued as written, by the lines' path and by the one
+    that parses each line (--key). A mark anywhere else is still refused."""
+    bom = "\ufeff"
+    out = enqueue_args(dsn, bom + '{"n": 1}\n{"n": 2}\n', "-q")
+    assert out.returncode == 0, out.stderr
+    out = enqueue_args(dsn, bom + '{"n": 3}\n', "-q", "--key", "k-3")
+    assert out.returncode == 0, out.stderr
+    payloads = conn.execute(
+        "SELECT payload FROM pepsi.workqueue WHERE stage = 'bulk' ORDER BY workqueue_id"
+    ).fetchall()
+    assert [p[0] for p in payloads] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    out = enqueue_args(dsn, '{"n": 4}\n' + bom + '{"n": 5}\n', "-q")
+    assert out.returncode == 2
+    assert "stdin line 2 is not JSON" in out.stderr, out.stderr
+    assert count(conn) == 3
+
+
 def test_keys_from_a_field_and_a_priority_land(dsn: str, conn: psycopg.Connection) -> None:
     held = conn.execute("SELECT pepsi.enqueue('bulk', '{}', dedupe_key => 'order-2')").fetchone()[0]
     text = "".join(f'{{"order": "order-{i % 5}"}}\n' for i in range(10)) + "{}\n"
