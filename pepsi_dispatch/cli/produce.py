@@ -102,8 +102,9 @@ class Progress:
             click.echo(f"{_prog()}: enqueued {enqueued:,} message(s) at stage {stage}", err=True)
 
 
-#: The byte order mark some editors and shells (PowerShell 5's ``Out-File``) put
-#: at the start of a UTF-8 file: not part of the first line's JSON, so dropped.
+#: The byte order mark some editors and tools put at the start of a UTF-8 file
+#: (PowerShell 5's ``Out-File -Encoding utf8``): not part of the first line's
+#: JSON, so dropped.
 _BOM = "\ufeff"
 
 
@@ -122,7 +123,8 @@ def _stdin_lines() -> tuple[list[str], int]:
             f"stdin line {line} is not UTF-8 text (byte {data[exc.start]:#04x});"
             " JSON lines must be UTF-8; nothing was enqueued"
         ) from None
-    lines = text.removeprefix(_BOM).split("\n")
+    text = text.removeprefix(_BOM)
+    lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if text.count("\n{") + (text[:1] == "{") == len(lines):

@@ -211,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
                     f" dispatcher exit {r['exit']}, load {os.getloadavg()[0]:.1f})"
                 )
                 if "functions" in r:
-                    say(funcstats.line(r["functions"], args.messages))
+                    text = funcstats.line(r["functions"], args.messages)
+                    if r.get("functions_partial"):
+                        # a session outside the drain, or one still ending: not all counted
+                        text += " (partial: other sessions were still on the database)"
+                    say(text)
                 if costs:
                     say(recycling.drain_line(r["drain"]))
             r = drains[args.max_messages]

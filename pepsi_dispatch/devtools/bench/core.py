@@ -443,10 +443,11 @@ def throughput(
         runs1, msgs1 = _dispatch_stats(conn)
         elapsed = (t_end - t_start).total_seconds()
         extra: dict[str, Any] = {}
-        if costs or functions0 is not None:
-            _backends_gone(conn)  # their statistics are in
+        gone = _backends_gone(conn) if costs or functions0 is not None else True
         if functions0 is not None:
+            # once the drain's sessions are gone, their statistics are in
             extra["functions"] = funcstats.delta(functions0, funcstats.snapshot(conn))
+            extra["functions_partial"] = not gone
         if costs:
             extra["drain"] = recycling.Drain(
                 recycles=sum(recycling.count_recycles(one.read_text()) for one in logs),
@@ -470,10 +471,11 @@ def throughput(
         }
 
 
-def _backends_gone(conn: psycopg.Connection, timeout: float = 10.0) -> None:
+def _backends_gone(conn: psycopg.Connection, timeout: float = 10.0) -> bool:
     """Wait until no other client session is on this database (the stopped
     dispatcher's workers and templates have ended: their statistics, such as
-    pg_stat_database.sessions, are in)."""
+    pg_stat_database.sessions, are in); False if some are still there after
+    ``timeout`` seconds (another client of the database, say)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         row = conn.execute(
@@ -481,8 +483,9 @@ def _backends_gone(conn: psycopg.Connection, timeout: float = 10.0) -> None:
             " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         ).fetchone()
         if row is not None and row[0] == 0:
-            return
+            return True
         time.sleep(0.1)
+    return False
 
 
 def summarize_latency(samples: list[float], enqueues: list[float], cold: float) -> dict[str, float]:

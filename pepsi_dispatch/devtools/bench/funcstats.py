@@ -5,7 +5,11 @@ track_functions = 'pl'``, as a superuser; off by default, and it costs a little
 on every call), each throughput run reads ``pg_stat_user_functions`` for the
 ``pepsi`` schema before the dispatcher starts and after every session of the
 drain has ended, and prints, per message drained, how often each function ran
-and its own time (``self_time``: the function's body, not what it called).
+and its own time (``self_time``: the time inside it, SQL it runs included,
+less the time in other tracked functions it called; wall time, not CPU).
+PostgreSQL 15 writes a backend's statistics before it leaves
+``pg_stat_activity``, so once no session of the drain is listed, its calls
+are all counted.
 
 That is how the claim's cost with competing replicas is measured: the same
 drain with one, two and four dispatchers, and how many claims each message
