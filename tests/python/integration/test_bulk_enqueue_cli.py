@@ -120,10 +120,10 @@ def test_a_line_that_is_not_utf8_is_named(dsn: str, conn: psycopg.Connection) ->
 def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(
     dsn: str, conn: psycopg.Connection
 ) -> None:
-    """A UTF-8 file saved with a byte order mark (PowerShell 5's
-    ``Out-File -Encoding utf8``, some editors):
-    its first line is enqueued as written, by the lines' path and by the one
-    that parses each line (--key). A mark anywhere else is still refused."""
+    """A UTF-8 file saved with a byte order mark (PowerShell 5's ``Out-File
+    -Encoding utf8``, some editors): its first line is enqueued as written, by
+    the lines' path and by the one that parses each line (--key). A mark
+    anywhere else is still refused."""
     bom = "\ufeff"
     out = enqueue_args(dsn, bom + '{"n": 1}\n{"n": 2}\n', "-q")
     assert out.returncode == 0, out.stderr
