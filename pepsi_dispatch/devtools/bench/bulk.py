@@ -247,17 +247,19 @@ def main(dsn: str, n: int, rounds: int, peers_dir: Path | None = None) -> int:
                         f"  round {r + 1} {name:<24} {elapsed:6.3f} s"
                         f"  (load {os.getloadavg()[0]:.2f})"
                     )
-        say("  variant                  seconds per round         median   ratio to its floor")
+        say(
+            "  variant                  seconds per round         median   ratio to its floor"
+            " (median of the rounds' ratios)"
+        )
         for name, (_, floor, _) in variants.items():
             med = statistics.median(times[name])
-            fmed = statistics.median(times[floor])
             per = " / ".join(f"{t:.3f}" for t in times[name])
-            per_ratio = " / ".join(
-                f"{f / t:.2f}" for f, t in zip(times[floor], times[name], strict=True)
-            )
+            # each round's ratio to the floor of the same round: the VM's speed drifts
+            ratios = [f / t for f, t in zip(times[floor], times[name], strict=True)]
+            per_ratio = " / ".join(f"{x:.2f}" for x in ratios)
             say(
-                f"  {name:<24} {per:<26} {med:6.3f}   {fmed / med:.2f} (of {floor};"
-                f" per round {per_ratio})"
+                f"  {name:<24} {per:<26} {med:6.3f}   {statistics.median(ratios):.2f}"
+                f" (of {floor}; per round {per_ratio})"
             )
         for ours, peer in against.items():
             if peer in times:
