@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from pepsi_dispatch.config import Config
+from pepsi_dispatch.config import Config, ConfigError
 from pepsi_dispatch.config import load as _config
 from pepsi_dispatch.coordinator.checks import Check, overlay_program_problems
 from pepsi_dispatch.pooling import behind_pooler
@@ -75,7 +75,7 @@ def overlay_checks(config: Config) -> list[Check]:
         return []
     try:
         overlaid = _config.apply_overlay(config, [tuple(r[:3]) for r in rows])
-    except _config.ConfigError as exc:
+    except ConfigError as exc:
         return [Check("database overlay", False, str(exc))]
     problems = overlay_program_problems(config, overlaid)
     return [Check("database overlay", True, p, warn=True) for p in problems]

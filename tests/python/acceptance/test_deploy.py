@@ -298,6 +298,21 @@ def test_check_warns_of_a_program_set_only_in_the_overlay(h: Harness) -> None:
     assert not [x for x in r.stdout.splitlines() if x.startswith("warn")], r.stdout
 
 
+def test_check_fails_a_graph_the_overlay_breaks(h: Harness) -> None:
+    """A pepsi.config row that breaks the graph (a NEXT to no stage, a value out
+    of range): serve refuses it at start, and serve --check says so as a failed
+    check, exit 2, naming the row, rather than failing itself."""
+    conf = h.conf(h.pipeline(["a", "b"]))
+    for option, value, what in (("NEXT", "zzz", "zzz"), ("PARALLELISM", "0", "PARALLELISM")):
+        h.set_config("stage-b", option, value)
+        r = run_dispatch("-c", str(conf), "serve", "--check", env={"PEPSI_DSN": h.dsn})
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "internal error" not in r.stdout + r.stderr
+        failed = [x for x in r.stdout.splitlines() if "database overlay" in x]
+        assert failed and "pepsi.config" in failed[0] and what in failed[0], r.stdout
+        h.conn.execute("DELETE FROM pepsi.config WHERE section = 'stage-b'")
+
+
 def test_no_file_and_no_stage_refuses_to_start(tmp_path: Path) -> None:
     r = run_dispatch("serve", env={"HOME": str(tmp_path)})
     if Path("/etc/pepsi.conf").exists():
