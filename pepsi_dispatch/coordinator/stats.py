@@ -168,6 +168,14 @@ class Stats:
         self.stage_runs += 1
         self.total_stage_runs += 1
 
+    def left_running(self, stage: str) -> None:
+        """``pepsi.check_answered`` failed a row its stage answered ``0`` for but left
+        running: that ``0``, counted in ``processed`` when it was read, was a
+        failure. It stays a stage run with its processing seconds."""
+        counters = self.stage(stage)
+        counters.processed -= 1
+        counters.failed += 1
+
     def exhausted(self, stage: str, n: int) -> None:
         """``pepsi.requeue_due`` failed ``n`` paused rows of ``stage``: retries exhausted.
 

@@ -210,6 +210,7 @@ class RoundTrip:
                 stage,
                 message_id,
             )
+            self.stats.left_running(stage)
         if result.requeue is not None:
             self.flip.done(result.requeue, now)
         if count_retried(self.stats, result):

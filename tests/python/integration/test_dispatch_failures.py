@@ -116,7 +116,11 @@ def test_leave_running_is_failed(h: Harness) -> None:
     assert re.search(r"running", error_of(row)), error_of(row)
     assert row["dispatcher_id"] is None
     assert h.row(good)["status"] == "done"
-    assert d.terminate() == 0
+    assert d.terminate() == 0  # flushes the statistics
+    # counted as what it became: a failure, not a message processed
+    assert h.stage_stats()["a"]["processed"] == 1, h.stage_stats()
+    assert h.stage_stats()["a"]["failed"] == 1, h.stage_stats()
+    assert h.dispatch_stats()["failed"] == 1, h.dispatch_stats()
 
 
 def test_nonzero_answer_fails_only_that_message(h: Harness) -> None:
