@@ -154,6 +154,10 @@ INT_MAX: Final = 2_147_483_647
 
 def _int_value(text: str, minimum: int) -> int:
     s = text.strip()
+    what = "positive" if minimum == 1 else f">= {minimum}"
+    if re.fullmatch(r"-[0-9]+", s):
+        # a whole number all the same: say what is wrong with it
+        raise _Bad(f"must be {what}; use an integer from {minimum} to {INT_MAX}")
     if not re.fullmatch(r"[0-9]+", s):
         raise _Bad(f"not a whole number; use an integer from {minimum} to {INT_MAX}")
     # Checked on the digits first: int() of thousands of digits raises a plain
@@ -161,7 +165,6 @@ def _int_value(text: str, minimum: int) -> int:
     digits = s.lstrip("0") or "0"
     n = int(digits) if len(digits) <= len(str(INT_MAX)) else INT_MAX + 1
     if n < minimum:
-        what = "positive" if minimum == 1 else f">= {minimum}"
         raise _Bad(f"must be {what}; use an integer from {minimum} to {INT_MAX}")
     if n > INT_MAX:
         raise _Bad(f"out of range; use an integer from {minimum} to {INT_MAX}")

@@ -211,7 +211,7 @@ def test_empty_config_file_option_means_none(write: Write) -> None:
         ("RETENTION", "9" * 400, "too long"),
         ("DB_POOL_SIZE", "0", "must be positive"),
         ("DB_POOL_SIZE", "8.5", "not a whole number"),
-        ("DB_POOL_SIZE", "-1", "not a whole number"),
+        ("DB_POOL_SIZE", "-1", "must be positive; use an integer from 1 to"),
         ("COMPETING", "perhaps", "not a boolean"),
         ("SERVICE_USER", "", "must not be empty"),
     ],
@@ -574,10 +574,10 @@ def test_bad_stage_name(write: Write, name: str) -> None:
     ("option", "value", "fragment"),
     [
         ("PARALLELISM", "0", "must be positive"),
-        ("QUEUE_LIMIT", "-1", "not a whole number"),
+        ("QUEUE_LIMIT", "-1", "must be positive"),
         ("MAX_MESSAGES", "0", "must be positive"),
         ("MAX_MESSAGES", "many", "not a whole number"),
-        ("MAX_RETRIES", "-1", "not a whole number"),
+        ("MAX_RETRIES", "-1", "must be >= 0; use an integer from 0 to 2147483647"),
         ("MAX_RETRIES", "2147483648", "out of range; use an integer from 0 to 2147483647"),
         ("PARALLELISM", "9" * 5000, "out of range"),
         ("RETRY_DELAY", "99999999999999 d", "too long; at most 36500 d"),
@@ -621,7 +621,8 @@ def test_min_workers_default_and_value(write: Write) -> None:
 @pytest.mark.parametrize(
     ("value", "fragment"),
     [
-        ("-1", "not a whole number; use an integer from 0 to 2147483647"),
+        ("-1", "must be >= 0; use an integer from 0 to 2147483647"),
+        ("-0", "must be >= 0; use an integer from 0 to 2147483647"),
         ("two", "not a whole number; use an integer from 0 to 2147483647"),
         ("1.5", "not a whole number"),
         ("", "not a whole number"),
