@@ -214,10 +214,14 @@ def unit_read_checks(paths: Iterable[str], service_user: str) -> list[Check]:
 
 
 def program_checks(config: Config) -> list[Check]:
-    """One check per stage: its PROGRAM (and interpreter) runnable by the current user."""
+    """One check per stage: its PROGRAM (and interpreter) runnable by the current user;
+    a problem names where PROGRAM is set (``FILE:LINE``) when the configuration knows."""
     out = []
     for stage in config.stages.values():
         problem = program_problem(stage.program)
+        where = config.origins.get((f"stage-{stage.name}".lower(), "PROGRAM"))
+        if problem and where:
+            problem += f" (set at {where}: [stage-{stage.name}] PROGRAM)"
         out.append(
             Check(
                 f"stage {stage.name}",

@@ -227,6 +227,7 @@ def test_check_names_each_program_problem_as_the_service_user(world_dir: Path) -
         f" searchable by nobody (it resolves to {root_python})"
     ) in out, out
     assert f"FAIL stage missing: PROGRAM {progs['missing']} does not exist" in out
+    assert f"(set at {conf}:" in out and "[stage-missing] PROGRAM)" in out, out
     assert (
         f"FAIL stage noexec: PROGRAM {progs['noexec']} is not executable by nobody:"
         " no execute permission for nobody (-rw-r--r--, owner root)"
