@@ -96,6 +96,11 @@ def serve(opts: _Options, check: bool) -> int:
     bad = [c for c in checks.program_checks(config) if not c.ok]
     if bad:
         raise ConfigError("; ".join(f"{c.name}: {c.detail}" for c in bad))
+    from pepsi_dispatch.coordinator.database.preflight import session_problem
+
+    pooled = session_problem(config.dsn)
+    if pooled:
+        raise ConfigError(pooled)
     rc = dispatcher_module.serve(config)
     return 0 if rc is None else int(rc)
 

@@ -210,6 +210,26 @@ def session_check(conn, dsn: str) -> Check:
     )
 
 
+def session_problem(dsn: str) -> str | None:
+    """``serve``, before it takes the database: why ``dsn`` gives the dispatcher
+    no session of its own (a pooler in transaction or statement mode, as
+    :func:`session_check` tells), else None. Through such a pooler its lock
+    would be taken in a server session it does not keep: a second dispatcher
+    would start beside it, and the pooler would hold the lock after both had
+    gone. None too when the database cannot be reached now: the start says
+    why, and retries."""
+    import psycopg
+
+    try:
+        with psycopg.connect(
+            dsn, autocommit=True, application_name="pepsi-dispatch start check"
+        ) as conn:
+            check = session_check(conn, dsn)
+    except psycopg.Error:
+        return None
+    return None if check.ok else check.detail
+
+
 def _sessions_shared(a, b) -> bool:
     """One probe: does the pooler give connection ``b``, in a transaction, the
     server session that ran ``a``'s last statement, or ``a`` another session

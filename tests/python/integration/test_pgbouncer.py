@@ -231,3 +231,31 @@ def test_check_says_when_the_dispatcher_dsn_goes_through_a_transaction_pooler(
     with running_pgbouncer(pg_admin_dsn, "session") as session_mode:
         code, line = _check(conf, session_mode.dsn(dbname))
     assert code == 0 and line.startswith("ok   session: ") and "session mode" in line, line
+
+
+def test_serve_refuses_a_dispatcher_dsn_through_a_transaction_pooler(
+    h: Any, bouncer: Bouncer
+) -> None:
+    """``serve`` itself refuses (exit 2, what and how to fix) to start on a DSN
+    that goes through PgBouncer in transaction mode, before it takes the
+    database: its advisory lock would sit in a server session the pooler lends
+    to others, a second dispatcher would start beside it, and the pooler would
+    keep the lock after both had gone. Nothing is registered or locked."""
+    dbname = h.conn.info.dbname
+    conf = h.conf({"a": {"PROGRAM": "/bin/cat"}})
+    done = subprocess.run(
+        [str(DISPATCH), "-c", str(conf), "serve"],
+        env={**os.environ, "PEPSI_DSN": bouncer.dsn(dbname)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert "pooler in transaction (or statement) mode" in out and "directly" in out, out
+    assert h.conn.execute("SELECT count(*) FROM pepsi.dispatchers").fetchone()[0] == 0
+    held = h.conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    ).fetchone()
+    assert held[0] == 0, "no lock left behind in a pooled server session"
