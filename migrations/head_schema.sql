@@ -2539,12 +2539,32 @@ BEGIN
         RAISE EXCEPTION 'reschedule: the new due time must be finite (got %)', reschedule.at
             USING ERRCODE = '22008';
     END IF;
-    SELECT w.status, w.stage, w.state ? 'delayed_until' AS delayed INTO r
+    -- No lock first: a running row is refused without waiting for its worker.
+    SELECT w.status, w.stage INTO r
       FROM pepsi.workqueue AS w
-     WHERE w.workqueue_id = reschedule.id
-       FOR UPDATE;
+     WHERE w.workqueue_id = reschedule.id;
+    IF NOT FOUND THEN
+        SELECT d.status, d.stage INTO r
+          FROM pepsi.dead_letters AS d
+         WHERE d.workqueue_id = reschedule.id;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'reschedule: no message %', reschedule.id USING ERRCODE = 'P0002';
+    END IF;
+    IF r.status IN ('pending', 'paused') THEN
+        SELECT w.status, w.stage, w.state ? 'delayed_until' AS delayed INTO r
+          FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = reschedule.id
+           FOR UPDATE;
+        IF NOT FOUND THEN  -- moved to pepsi.dead_letters meanwhile: terminal
+            SELECT d.status, d.stage INTO r
+              FROM pepsi.dead_letters AS d
+             WHERE d.workqueue_id = reschedule.id;
+            IF NOT FOUND THEN  -- and purged
+                RAISE EXCEPTION 'reschedule: no message %', reschedule.id
+                    USING ERRCODE = 'P0002';
+            END IF;
+        END IF;
     END IF;
     IF r.status = 'running' THEN
         RAISE EXCEPTION 'reschedule: message % is running at stage %; only its stage can move it now',

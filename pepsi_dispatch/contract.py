@@ -71,4 +71,4 @@ TEMPLATE_OFFER_ENV: Final = "PEPSI_TEMPLATE_OFFER_FD"
 #: against: the dispatcher refuses to start below it (exit 2, "run
 #: pepsi-queue migrate"), so no code path serves an older schema. It is the
 #: newest migration shipped with this package (a test keeps them equal).
-SCHEMA_FLOOR = "0044"
+SCHEMA_FLOOR = "0045"

@@ -16,12 +16,15 @@
 --   earliest due time.
 --   Raises P0002 when no message has that id; 55000 for a running message
 --   (its stage holds it: only the stage may move it) and for a terminal one
---   (done, failed -- cancelled included --, timeout, expired), whose error
---   names pepsi-queue requeue / pepsi.requeue_failed; 22008 for a non-finite
---   at; 22004 for a NULL id.
+--   (done, failed -- cancelled included --, timeout, expired; also one kept
+--   in pepsi.dead_letters), whose error names pepsi-queue requeue /
+--   pepsi.requeue_failed; 22008 for a non-finite at; 22004 for a NULL id.
+--   A running message is refused at once, from a read that takes no lock:
+--   its worker's pin (pin_messages) locks the row for its handler's whole
+--   run, which this call never waits for.
 --   Writes: pepsi.workqueue (timeout, state, status for a pending row,
---   updated_at).  Locks: the row (FOR UPDATE: a claim taking a pending row
---   at the same moment is waited for, and the row is then running).
+--   updated_at).  Locks: a waiting row (FOR UPDATE: a claim taking a pending
+--   row at the same moment is waited for, and the row is then running).
 --   Callers: pepsi_dispatcher, pepsi_operator (SECURITY DEFINER; the dashboard
 --   through pepsi.dashboard_reschedule).
 CREATE OR REPLACE FUNCTION pepsi.reschedule(id bigint, at timestamptz DEFAULT NULL)
@@ -40,12 +43,32 @@ BEGIN
         RAISE EXCEPTION 'reschedule: the new due time must be finite (got %)', reschedule.at
             USING ERRCODE = '22008';
     END IF;
-    SELECT w.status, w.stage, w.state ? 'delayed_until' AS delayed INTO r
+    -- No lock first: a running row is refused without waiting for its worker.
+    SELECT w.status, w.stage INTO r
       FROM pepsi.workqueue AS w
-     WHERE w.workqueue_id = reschedule.id
-       FOR UPDATE;
+     WHERE w.workqueue_id = reschedule.id;
+    IF NOT FOUND THEN
+        SELECT d.status, d.stage INTO r
+          FROM pepsi.dead_letters AS d
+         WHERE d.workqueue_id = reschedule.id;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'reschedule: no message %', reschedule.id USING ERRCODE = 'P0002';
+    END IF;
+    IF r.status IN ('pending', 'paused') THEN
+        SELECT w.status, w.stage, w.state ? 'delayed_until' AS delayed INTO r
+          FROM pepsi.workqueue AS w
+         WHERE w.workqueue_id = reschedule.id
+           FOR UPDATE;
+        IF NOT FOUND THEN  -- moved to pepsi.dead_letters meanwhile: terminal
+            SELECT d.status, d.stage INTO r
+              FROM pepsi.dead_letters AS d
+             WHERE d.workqueue_id = reschedule.id;
+            IF NOT FOUND THEN  -- and purged
+                RAISE EXCEPTION 'reschedule: no message %', reschedule.id
+                    USING ERRCODE = 'P0002';
+            END IF;
+        END IF;
     END IF;
     IF r.status = 'running' THEN
         RAISE EXCEPTION 'reschedule: message % is running at stage %; only its stage can move it now',

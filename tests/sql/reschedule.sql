@@ -2,7 +2,7 @@
 -- message's due time without counting a retry; refuse running and terminal
 -- messages.
 BEGIN;
-SELECT plan(22);
+SELECT plan(24);
 
 -- A delayed message: earlier and later, the mark follows, no retry counted.
 SELECT pepsi.enqueue('d', '{}', now() + interval '1 h') AS delayed \gset
@@ -64,6 +64,16 @@ SELECT alike(pg_temp.hint_of(format('SELECT pepsi.reschedule(%s)', :running)),
 UPDATE pepsi.workqueue SET status = 'done' WHERE workqueue_id = :running;
 SELECT throws_ok(format('SELECT pepsi.reschedule(%s)', :running), '55000', NULL, 'a done message is refused');
 SELECT throws_ok('SELECT pepsi.reschedule(-1)', 'P0002', NULL, 'an unknown id is refused');
+-- A terminal message kept in pepsi.dead_letters is terminal, not unknown.
+INSERT INTO pepsi.dead_letters (workqueue_id, stage, status, payload, state, retries,
+                                created_at, updated_at, priority)
+SELECT workqueue_id, stage, 'failed', payload, state, retries, created_at, updated_at, priority
+  FROM pepsi.workqueue WHERE workqueue_id = :running;
+DELETE FROM pepsi.workqueue WHERE workqueue_id = :running;
+SELECT throws_like(format('SELECT pepsi.reschedule(%s)', :running),
+    '%is failed (terminal); requeue it instead%', 'a message kept in dead_letters is refused as terminal');
+SELECT throws_ok(format('SELECT pepsi.reschedule(%s)', :running), '55000', NULL,
+    'with SQLSTATE 55000, not P0002');
 SELECT throws_ok(format('SELECT pepsi.reschedule(%s, ''infinity'')', :pend), '22008', NULL,
                  'a non-finite time is refused');
 SELECT is((SELECT timeout FROM pepsi.workqueue WHERE workqueue_id = :pend), now() + interval '5 min',

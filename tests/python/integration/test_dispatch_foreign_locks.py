@@ -154,3 +154,30 @@ def test_an_empty_key_on_the_command_line_is_a_usage_error(h: Harness, tmp_path:
         assert out.returncode == 2, out
         assert "--key needs a key" in out.stderr
     assert h.counts() == {}
+
+
+def test_reschedule_refuses_a_running_message_without_waiting_for_its_worker(
+    dsn: str, conn: psycopg.Connection
+) -> None:
+    """A running message's worker holds its row locked for the handler's whole
+    run (the pin). Rescheduling it is refused at once, saying it is running,
+    instead of waiting for the handler and then calling it done; a waiting
+    message is still moved."""
+    running, waiting = (
+        conn.execute("SELECT pepsi.enqueue('r', '{}')").fetchone()[0] for _ in range(2)
+    )
+    conn.execute(
+        "UPDATE pepsi.workqueue SET status = 'running', dispatcher_id = 7 WHERE workqueue_id = %s",
+        (running,),
+    )
+    pin = "SELECT count(*) FROM pepsi.pin_messages(ARRAY[%s]::bigint[], 7)"
+    with open_transaction(dsn, pin, (running,)):
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="is running"):
+            conn.execute("SET lock_timeout = '5s'")
+            conn.execute("SELECT pepsi.reschedule(%s)", (running,))
+        assert time.monotonic() - t0 < 2.0, "refused at once, not after the worker's lock"
+        due = conn.execute(
+            "SELECT pepsi.reschedule(%s, now() + interval '1 hour')", (waiting,)
+        ).fetchone()[0]
+        assert due is not None
