@@ -180,11 +180,18 @@ def _liveness_families(snap: dict[str, Any]) -> Iterator[Metric]:
 def dispatcher_labels(dispatchers: list[dict[str, Any]]) -> dict[int, str]:
     """The ``dispatcher`` label of each: its host name, stable across restarts (a
     registration id is new at each start, and every restart would begin new
-    series); ``host:pid`` for dispatchers that share a host."""
+    series); ``host:pid`` for dispatchers that share a host; ``host:pid:id``
+    for those that share both (registrations a heartbeat re-created after a
+    replica declared them dead carry no host or pid of their own), so no two
+    series of one scrape share their labels."""
     hosts = [str(d.get("hostname") or "?") for d in dispatchers]
-    return {
-        d["dispatcher_id"]: host if hosts.count(host) == 1 else f"{host}:{d.get('pid')}"
+    by_pid = [
+        host if hosts.count(host) == 1 else f"{host}:{d.get('pid')}"
         for d, host in zip(dispatchers, hosts, strict=True)
+    ]
+    return {
+        d["dispatcher_id"]: name if by_pid.count(name) == 1 else f"{name}:{d['dispatcher_id']}"
+        for d, name in zip(dispatchers, by_pid, strict=True)
     }
 
 

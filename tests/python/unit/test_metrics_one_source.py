@@ -131,3 +131,26 @@ def test_the_docs_check_sees_a_wrong_type_and_a_missing_family() -> None:
     got = rendered(full_snapshot())
     assert ("pepsi_queue_depth", "gauge", ("stage", "status")) in got - doc
     assert ("pepsi_stage_paused", "gauge", ("stage",)) in got - doc
+
+
+def test_dispatcher_labels_are_unique_in_a_scrape() -> None:
+    """Host name alone; host:pid on a shared host; host:pid:id when both are
+    shared (registrations a heartbeat re-created after a replica declared them
+    dead carry a placeholder host and pid 0): never two series with one label."""
+    placeholder = {"hostname": "re-registered by heartbeat", "pid": 0}
+    dispatchers = [
+        {"dispatcher_id": 1, "hostname": "a", "pid": 10},
+        {"dispatcher_id": 2, "hostname": "b", "pid": 11},
+        {"dispatcher_id": 3, "hostname": "b", "pid": 12},
+        {"dispatcher_id": 4, **placeholder},
+        {"dispatcher_id": 5, **placeholder},
+    ]
+    labels = exposition.dispatcher_labels(dispatchers)
+    assert labels == {
+        1: "a",
+        2: "b:11",
+        3: "b:12",
+        4: "re-registered by heartbeat:0:4",
+        5: "re-registered by heartbeat:0:5",
+    }
+    assert len(set(labels.values())) == len(dispatchers)
