@@ -97,6 +97,21 @@ def _function_grants(conn, names: Iterable[str]) -> list[str]:
 MIGRATE_HINT = "run 'pepsi-queue migrate'"
 
 
+def _absent_functions(conn, names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that no function of schema pepsi has."""
+    names = list(names)
+    if not names:
+        return []
+    rows = conn.execute(
+        "SELECT DISTINCT p.proname FROM pg_catalog.pg_proc p"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'pepsi' AND p.proname = ANY(%s)",
+        (names,),
+    ).fetchall()
+    present = {r[0] for r in rows}
+    return [n for n in names if n not in present]
+
+
 def _has_pepsi_schema(conn) -> bool:
     return conn.execute("SELECT to_regnamespace('pepsi') IS NOT NULL").fetchone()[0]
 
@@ -143,6 +158,18 @@ def database_checks(
             return out
         (usage,) = conn.execute("SELECT has_schema_privilege('pepsi', 'USAGE')").fetchone()
         missing = _function_grants(conn, DISPATCHER_FUNCTIONS)
+        absent = set(_absent_functions(conn, missing))
+        if absent:
+            # not a grant: an older schema (said above) has no such function yet
+            out.append(
+                Check(
+                    "functions",
+                    False,
+                    f"the schema lacks {', '.join('pepsi.' + n for n in sorted(absent))};"
+                    f" {MIGRATE_HINT}",
+                )
+            )
+            missing = [n for n in missing if n not in absent]
         if not usage or missing:
             what = ["USAGE on schema pepsi"] if not usage else []
             what += [f"EXECUTE on pepsi.{n}" for n in missing]

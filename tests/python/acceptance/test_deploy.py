@@ -268,6 +268,15 @@ def test_check_database_cases(
     rc, out = check(empty_dsn)
     assert rc == 2 and "FAIL schema:" in out and "run 'pepsi-queue migrate'" in out, out
 
+    # An older schema: its missing functions are named as such, not as grants
+    # a superuser would lack.
+    migrate = [str(Path(sys.executable).parent / "pepsi-queue"), "migrate", "--to", "0040"]
+    subprocess.run(migrate, env={**os.environ, "PEPSI_DSN": empty_dsn}, check=True, timeout=120)
+    rc, out = check(empty_dsn)
+    assert rc == 2 and "is at revision 0040" in out, out
+    assert "FAIL functions: the schema lacks pepsi.replicas_away; run 'pepsi-queue migrate'" in out
+    assert "GRANT pepsi_dispatcher" not in out, out
+
     rc, out = check(make_conninfo(dsn, user=stage_logins[0], password="w"))
     assert rc == 2, out
     assert f"FAIL grants: role {stage_logins[0]} lacks EXECUTE on pepsi.register_dispatcher" in out
