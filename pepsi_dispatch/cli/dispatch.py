@@ -91,13 +91,12 @@ def serve(opts: _Options, check: bool) -> int:
     # Import the whole serving code while still root: after the drop, the service
     # user may not be able to read the interpreter's library (a Python under /root).
     import pepsi_dispatch.coordinator.dispatcher as dispatcher_module
+    from pepsi_dispatch.coordinator.database.preflight import session_problem
 
     drop_privileges(config.dispatch.service_user)
     bad = [c for c in checks.program_checks(config) if not c.ok]
     if bad:
         raise ConfigError("; ".join(f"{c.name}: {c.detail}" for c in bad))
-    from pepsi_dispatch.coordinator.database.preflight import session_problem
-
     pooled = session_problem(config.dsn)
     if pooled:
         raise ConfigError(pooled)

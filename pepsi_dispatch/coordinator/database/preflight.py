@@ -156,33 +156,34 @@ def database_checks(
                 out.append(Check("schema", True, f"at revision {current} (head)"))
         if current is None and not _has_pepsi_schema(conn):
             return out
-        (usage,) = conn.execute("SELECT has_schema_privilege('pepsi', 'USAGE')").fetchone()
-        missing = _function_grants(conn, DISPATCHER_FUNCTIONS)
-        absent = set(_absent_functions(conn, missing))
-        if absent:
-            # not a grant: an older schema (said above) has no such function yet
-            out.append(
-                Check(
-                    "functions",
-                    False,
-                    f"the schema lacks {', '.join('pepsi.' + n for n in sorted(absent))};"
-                    f" {MIGRATE_HINT}",
-                )
+        out.extend(_grant_checks(conn, user))
+    return out
+
+
+def _grant_checks(conn, user: str) -> list[Check]:
+    """May ``user`` dispatch? The functions an older schema lacks are said apart
+    (no grant gives them; migrating does), then the grants it lacks."""
+    out = []
+    (usage,) = conn.execute("SELECT has_schema_privilege('pepsi', 'USAGE')").fetchone()
+    missing = _function_grants(conn, DISPATCHER_FUNCTIONS)
+    absent = set(_absent_functions(conn, missing))
+    if absent:
+        names = ", ".join("pepsi." + n for n in sorted(absent))
+        out.append(Check("functions", False, f"the schema lacks {names}; {MIGRATE_HINT}"))
+        missing = [n for n in missing if n not in absent]
+    if not usage or missing:
+        what = ["USAGE on schema pepsi"] if not usage else []
+        what += [f"EXECUTE on pepsi.{n}" for n in missing]
+        out.append(
+            Check(
+                "grants",
+                False,
+                f"role {user} lacks {', '.join(what)};"
+                f" GRANT pepsi_dispatcher TO {user} (as the schema owner)",
             )
-            missing = [n for n in missing if n not in absent]
-        if not usage or missing:
-            what = ["USAGE on schema pepsi"] if not usage else []
-            what += [f"EXECUTE on pepsi.{n}" for n in missing]
-            out.append(
-                Check(
-                    "grants",
-                    False,
-                    f"role {user} lacks {', '.join(what)};"
-                    f" GRANT pepsi_dispatcher TO {user} (as the schema owner)",
-                )
-            )
-        else:
-            out.append(Check("grants", True, f"role {user} may dispatch"))
+        )
+    else:
+        out.append(Check("grants", True, f"role {user} may dispatch"))
     return out
 
 

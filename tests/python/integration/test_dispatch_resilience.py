@@ -405,7 +405,10 @@ def test_a_connection_lost_mid_wake_is_not_used_again_in_that_wake(h: Harness) -
     # (enough to keep the workers recycling through the 6 s of kills, a few
     # times what they finish meanwhile; every worker here is exec'd)
     n = 150
-    h.enqueue("a", [{"do": "sleep:0.005;next"} for _ in range(n)])
+    ids = h.enqueue("a", [{"do": "sleep:0.005;next"} for _ in range(n)])
+    # Its start-up over (a connection lost while it starts ends it: not this
+    # test's case), once a first message is done.
+    wait_until(lambda: h.row(ids[0])["status"] == "done", 60, message=d.tail)
     # At least 6 s of kills, and on until 10 of them (a loaded machine reconnects
     # more slowly), within 30 s.
     start = time.monotonic()
