@@ -81,8 +81,10 @@ def overlay_checks(config: Config) -> list[Check]:
     return [Check("database overlay", True, p, warn=True) for p in problems]
 
 
-def _function_grants(conn, names: Iterable[str]) -> list[str]:
-    """The names among ``names`` the session's role cannot execute (no such function counts)."""
+def _function_access(conn, names: Iterable[str]) -> tuple[list[str], set[str]]:
+    """The names among ``names`` the session's role cannot execute (no such
+    function counts), and those of them schema pepsi has no function of: one
+    catalog query."""
     names = list(names)
     rows = conn.execute(
         "SELECT p.proname, bool_or(has_function_privilege(p.oid, 'EXECUTE'))"
@@ -91,25 +93,16 @@ def _function_grants(conn, names: Iterable[str]) -> list[str]:
         (names,),
     ).fetchall()
     allowed = {name for name, ok in rows if ok}
-    return [n for n in names if n not in allowed]
+    present = {name for name, _ in rows}
+    return [n for n in names if n not in allowed], {n for n in names if n not in present}
+
+
+def _function_grants(conn, names: Iterable[str]) -> list[str]:
+    """The names among ``names`` the session's role cannot execute (no such function counts)."""
+    return _function_access(conn, names)[0]
 
 
 MIGRATE_HINT = "run 'pepsi-queue migrate'"
-
-
-def _absent_functions(conn, names: Iterable[str]) -> list[str]:
-    """The names among ``names`` that no function of schema pepsi has."""
-    names = list(names)
-    if not names:
-        return []
-    rows = conn.execute(
-        "SELECT DISTINCT p.proname FROM pg_catalog.pg_proc p"
-        " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = 'pepsi' AND p.proname = ANY(%s)",
-        (names,),
-    ).fetchall()
-    present = {r[0] for r in rows}
-    return [n for n in names if n not in present]
 
 
 def _has_pepsi_schema(conn) -> bool:
@@ -165,8 +158,7 @@ def _grant_checks(conn, user: str) -> list[Check]:
     (no grant gives them; migrating does), then the grants it lacks."""
     out = []
     (usage,) = conn.execute("SELECT has_schema_privilege('pepsi', 'USAGE')").fetchone()
-    missing = _function_grants(conn, DISPATCHER_FUNCTIONS)
-    absent = set(_absent_functions(conn, missing))
+    missing, absent = _function_access(conn, DISPATCHER_FUNCTIONS)
     if absent:
         names = ", ".join("pepsi." + n for n in sorted(absent))
         out.append(Check("functions", False, f"the schema lacks {names}; {MIGRATE_HINT}"))
